@@ -1,0 +1,61 @@
+"""The error hierarchy of distmc: one root, one subclass per kind of failure.
+
+Every error a user can cause ends in one of these, with a message that names the file, the line or the state,
+and says what to do. Errors raised by user code (a policy network) are wrapped in :class:`PolicyError` with the
+original exception chained, never swallowed.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DistmcError",
+    "ModelError",
+    "PolicyError",
+    "PropertyError",
+    "ResourceLimitError",
+    "UnsupportedError",
+    "WorkerError",
+]
+
+
+class DistmcError(Exception):
+    """Root of every error distmc raises on purpose."""
+
+    #: Process exit code the CLI uses for this kind of error.
+    exit_code: int = 1
+
+
+class ModelError(DistmcError):
+    """The PRISM model is malformed, incomplete or violates its own declarations."""
+
+    exit_code = 3
+
+
+class UnsupportedError(ModelError):
+    """The model uses a feature distmc does not handle (a model type, clocks, ...)."""
+
+    exit_code = 4
+
+
+class PropertyError(DistmcError):
+    """The PCTL property is malformed or refers to something the model does not have."""
+
+    exit_code = 5
+
+
+class PolicyError(DistmcError):
+    """The policy cannot be loaded, does not fit the model, or returned an invalid distribution."""
+
+    exit_code = 6
+
+
+class ResourceLimitError(DistmcError):
+    """A user-set limit (states, memory, time) was reached before the run finished."""
+
+    exit_code = 7
+
+
+class WorkerError(DistmcError):
+    """A worker of a distributed run failed."""
+
+    exit_code = 8

@@ -1,0 +1,291 @@
+"""The successor kernel: a batch of states in, every enabled choice and its successors out.
+
+Compiled once per model (:class:`Kernel`). Guards are decided per module, before the product: for each module
+and command the guard is one vectorised evaluation over the batch, the enabled (state, command) pairs are
+gathered, and synchronisation on an action label is a vectorised join of the modules' enabled pairs by state
+(mixed-radix enumeration of the product), so the cost follows the enabled combinations, not the size of the
+flattened program. Each update is stored as a delta on the state vector; the successor of a synchronised
+choice is the source state plus the sum of its participants' deltas (modules write disjoint variables; a
+synchronising write of one variable by two modules is an error, as in Storm).
+
+Every probability is checked (finite, non-negative, the updates of each command summing to one) and every
+successor is checked against its variables' bounds; the first violation raises :class:`~distmc.errors.ModelError`
+naming the state and the command. Branches of probability zero are dropped, as Storm does.
+
+For a ``dtmc`` model the choices of a state are fused into one with weight 1/(number of choices), as PRISM and
+Storm do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from distmc.errors import ModelError
+from distmc.model.program import Command, Model
+
+__all__ = ["Expansion", "Kernel", "NO_ACTION"]
+
+#: Action id of a fused (dtmc) choice and of the self-loop of a deadlock or terminal state.
+NO_ACTION = -1
+
+#: Tolerance of the sum-to-one check of a command's update probabilities (Storm's default precision).
+PROB_TOLERANCE = 1e-6
+
+
+@dataclass
+class Expansion:
+    """The enabled choices of a batch of ``B`` states, grouped by state in increasing order.
+
+    Attributes:
+        choice_state: ``[C]`` int64, index of the source state within the batch.
+        choice_action: ``[C]`` int64, index into ``Model.actions`` (``NO_ACTION`` for a fused dtmc choice).
+        branch_offsets: ``[C + 1]`` int64, the branches of choice ``c`` are ``branch_offsets[c]:branch_offsets[c+1]``.
+        succ: ``[T, V]`` int64, successor states.
+        prob: ``[T]`` float64, branch probabilities.
+    """
+
+    choice_state: np.ndarray
+    choice_action: np.ndarray
+    branch_offsets: np.ndarray
+    succ: np.ndarray
+    prob: np.ndarray
+
+    @property
+    def n_choices(self) -> int:
+        return int(self.choice_state.shape[0])
+
+
+def _mixed_radix(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Enumerate the product of ``counts`` ``[N, k]``: for each item ``n`` every tuple ``0 <= i_j < counts[n, j]``.
+
+    Returns ``owner [M]`` (the item of each tuple) and ``digits [M, k]``.
+    """
+    total = np.prod(counts, axis=1)
+    owner = np.repeat(np.arange(counts.shape[0], dtype=np.int64), total)
+    starts = np.cumsum(total) - total
+    local = np.arange(owner.shape[0], dtype=np.int64) - starts[owner]
+    k = counts.shape[1]
+    digits = np.empty((owner.shape[0], k), dtype=np.int64)
+    for j in range(k - 1, -1, -1):  # loop over the k participants, not over states
+        c = counts[owner, j]
+        digits[:, j] = local % c
+        local //= c
+    return owner, digits
+
+
+class Kernel:
+    """Successor generator compiled from a :class:`~distmc.model.program.Model`.
+
+    Example:
+        >>> kernel = Kernel(model)  # doctest: +SKIP
+        >>> exp = kernel.expand(model.initial_states)
+        >>> exp.succ.shape, exp.prob.sum()
+    """
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.lo = model.lo
+        self.hi = model.hi
+        self.n_vars = len(model.variables)
+        self.action_id = {a: i for i, a in enumerate(model.actions)}
+        self.commands: list[Command] = [c for m in model.modules for c in m.commands]
+        # Writes of every command (union over its updates), for the synchronising-write check.
+        self._writes = [frozenset(col for u in c.updates for col, _ in u.assigns) for c in self.commands]
+        # Per action label: for each participating module, the global indices of its commands with that label.
+        gid = 0
+        per_module: list[list[int]] = []
+        for m in model.modules:
+            per_module.append(list(range(gid, gid + len(m.commands))))
+            gid += len(m.commands)
+        self.unlabelled = [g for g, c in enumerate(self.commands) if c.action == ""]
+        self.sync_groups: list[tuple[int, list[list[int]]]] = []
+        for action, mods in model.sync.items():
+            groups = [[g for g in per_module[mi] if self.commands[g].action == action] for mi in mods]
+            self.sync_groups.append((self.action_id[action], groups))
+        self._conflicts: dict[int, list[tuple[int, int]]] = {}
+        for aid, groups in self.sync_groups:
+            pairs = []
+            for i in range(len(groups)):
+                for j in range(i + 1, len(groups)):
+                    for a in groups[i]:
+                        for b in groups[j]:
+                            if self._writes[a] & self._writes[b]:
+                                pairs.append((a, b))
+            if pairs:
+                self._conflicts[aid] = pairs
+
+    # -- per-command update tables ----------------------------------------------------------------------------
+
+    def _command_tables(
+        self, states: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Evaluate every guard, and every update of every enabled (state, command) pair.
+
+        Returns:
+            pair_state [P], pair_cmd [P], pair_row [P] (first update row), pair_nupd [P],
+            row_prob [R], row_delta [R, V].
+        """
+        ps, pc, pr, pn, probs, deltas = [], [], [], [], [], []
+        row = 0
+        for g, cmd in enumerate(self.commands):
+            enabled = cmd.guard(states)
+            idx = np.flatnonzero(enabled)
+            if idx.size == 0:
+                continue
+            sub = states[idx]
+            nu = len(cmd.updates)
+            p = np.empty((idx.size, nu), dtype=np.float64)
+            d = np.zeros((idx.size, nu, self.n_vars), dtype=np.int64)
+            for u, upd in enumerate(cmd.updates):
+                p[:, u] = upd.prob(sub)
+                for col, e in upd.assigns:
+                    d[:, u, col] = e(sub).astype(np.int64) - sub[:, col]
+            self._check_probabilities(cmd, sub, p)
+            ps.append(idx)
+            pc.append(np.full(idx.size, g, dtype=np.int64))
+            pr.append(row + np.arange(idx.size, dtype=np.int64) * nu)
+            pn.append(np.full(idx.size, nu, dtype=np.int64))
+            probs.append(p.reshape(-1))
+            deltas.append(d.reshape(-1, self.n_vars))
+            row += idx.size * nu
+        if not ps:
+            e = np.zeros(0, dtype=np.int64)
+            return e, e, e, e, np.zeros(0), np.zeros((0, self.n_vars), dtype=np.int64)
+        return (
+            np.concatenate(ps),
+            np.concatenate(pc),
+            np.concatenate(pr),
+            np.concatenate(pn),
+            np.concatenate(probs),
+            np.concatenate(deltas),
+        )
+
+    def _check_probabilities(self, cmd: Command, sub: np.ndarray, p: np.ndarray) -> None:
+        bad = ~np.isfinite(p).all(axis=1) | (p < 0).any(axis=1)
+        total = p.sum(axis=1)
+        if self.model.model_type in ("dtmc", "mdp"):
+            bad |= np.abs(total - 1.0) > PROB_TOLERANCE
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ModelError(
+                f"{self.model.path}: in state {self.model.describe_state(sub[i])}, {cmd.where(self.model.modules)}: "
+                f"update probabilities {p[i].tolist()} do not form a distribution (sum {total[i]:.12g})"
+            )
+
+    # -- expansion --------------------------------------------------------------------------------------------
+
+    def expand(self, states: np.ndarray) -> Expansion:
+        """All enabled choices of ``states`` ``[B, V]`` int64 (deadlocks have none; the caller adds self-loops)."""
+        states = np.ascontiguousarray(states, dtype=np.int64)
+        pair_state, pair_cmd, pair_row, pair_nupd, row_prob, row_delta = self._command_tables(states)
+        # Each choice source: (state [C], action [C], participants [C, k] pair ids).
+        sources: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        cmd_action = np.array([self.action_id[c.action] for c in self.commands], dtype=np.int64)
+        if self.unlabelled:
+            is_unl = np.isin(pair_cmd, np.array(self.unlabelled, dtype=np.int64))
+            pid = np.flatnonzero(is_unl)
+            sources.append((pair_state[pid], cmd_action[pair_cmd[pid]], pid[:, None]))
+        n = states.shape[0]
+        for aid, groups in self.sync_groups:
+            per_mod = []
+            counts = np.empty((n, len(groups)), dtype=np.int64)
+            for j, cmds in enumerate(groups):
+                pid = np.flatnonzero(np.isin(pair_cmd, np.array(cmds, dtype=np.int64)))
+                pid = pid[np.argsort(pair_state[pid], kind="stable")]
+                counts[:, j] = np.bincount(pair_state[pid], minlength=n)
+                per_mod.append(pid)
+            ok = np.flatnonzero((counts > 0).all(axis=1))
+            if ok.size == 0:
+                continue
+            owner, digits = _mixed_radix(counts[ok])
+            parts = np.empty_like(digits)
+            for j, pid in enumerate(per_mod):
+                start = np.cumsum(counts[:, j]) - counts[:, j]
+                parts[:, j] = pid[start[ok[owner]] + digits[:, j]]
+            if aid in self._conflicts:
+                self._check_sync_writes(aid, states, pair_state, pair_cmd, parts)
+            sources.append((ok[owner], np.full(owner.shape[0], aid, dtype=np.int64), parts))
+        if not sources:
+            z = np.zeros(0, dtype=np.int64)
+            return Expansion(z, z, np.zeros(1, dtype=np.int64), np.zeros((0, self.n_vars), dtype=np.int64), np.zeros(0))
+        cs, ca, offs, succs, probs = [], [], [], [], []
+        for c_state, c_action, parts in sources:
+            nupd = pair_nupd[parts]  # [C, k]
+            owner, digits = _mixed_radix(nupd)
+            rows = pair_row[parts[owner]] + digits  # [T, k]
+            prob = row_prob[rows].prod(axis=1)
+            succ = states[c_state[owner]] + row_delta[rows].sum(axis=1)
+            # Branches of probability zero are dropped (Storm drops them too).
+            keep = prob > 0
+            per_choice = np.bincount(owner[keep], minlength=c_state.shape[0])
+            cs.append(c_state)
+            ca.append(c_action)
+            offs.append(per_choice)
+            succs.append(succ[keep])
+            probs.append(prob[keep])
+        choice_state = np.concatenate(cs)
+        choice_action = np.concatenate(ca)
+        per_choice = np.concatenate(offs)
+        succ = np.concatenate(succs)
+        prob = np.concatenate(probs)
+        # Group choices by state (stable: unlabelled commands first, then actions in model order).
+        order = np.argsort(choice_state, kind="stable")
+        branch_start = np.cumsum(per_choice) - per_choice
+        per_choice = per_choice[order]
+        choice_state, choice_action = choice_state[order], choice_action[order]
+        gather = np.repeat(branch_start[order], per_choice) + (
+            np.arange(int(per_choice.sum()), dtype=np.int64) - np.repeat(np.cumsum(per_choice) - per_choice, per_choice)
+        )
+        succ, prob = succ[gather], prob[gather]
+        offsets = np.zeros(choice_state.shape[0] + 1, dtype=np.int64)
+        np.cumsum(per_choice, out=offsets[1:])
+        exp = Expansion(choice_state, choice_action, offsets, succ, prob)
+        self._check_bounds(states, exp)
+        if self.model.model_type == "dtmc":
+            exp = self._fuse(exp, n)
+        return exp
+
+    def _check_sync_writes(
+        self, aid: int, states: np.ndarray, pair_state: np.ndarray, pair_cmd: np.ndarray, parts: np.ndarray
+    ) -> None:
+        cmds = pair_cmd[parts]
+        for a, b in self._conflicts[aid]:
+            hit = (cmds == a).any(axis=1) & (cmds == b).any(axis=1)
+            if hit.any():
+                s = states[pair_state[parts[int(np.flatnonzero(hit)[0]), 0]]]
+                ca, cb = self.commands[a], self.commands[b]
+                raise ModelError(
+                    f"{self.model.path}: in state {self.model.describe_state(s)}, action '{ca.action}' synchronises "
+                    f"{ca.where(self.model.modules)} and {cb.where(self.model.modules)}, which both write "
+                    f"{sorted(self.model.variables[c].name for c in self._writes[a] & self._writes[b])} "
+                    "(illegal synchronising write)"
+                )
+
+    def _check_bounds(self, states: np.ndarray, exp: Expansion) -> None:
+        bad = ((exp.succ < self.lo) | (exp.succ > self.hi)).any(axis=1)
+        if not bad.any():
+            return
+        t = int(np.flatnonzero(bad)[0])
+        c = int(np.searchsorted(exp.branch_offsets, t, side="right") - 1)
+        src = states[exp.choice_state[c]]
+        col = int(np.flatnonzero((exp.succ[t] < self.lo) | (exp.succ[t] > self.hi))[0])
+        v = self.model.variables[col]
+        act = self.model.actions[exp.choice_action[c]] if exp.choice_action[c] >= 0 else ""
+        raise ModelError(
+            f"{self.model.path}: in state {self.model.describe_state(src)}, a command"
+            f"{' of action [' + act + ']' if act else ''} sets '{v.name}' to {int(exp.succ[t, col])}, "
+            f"outside its range [{v.lo}..{v.hi}]"
+        )
+
+    @staticmethod
+    def _fuse(exp: Expansion, n: int) -> Expansion:
+        nchoices = np.bincount(exp.choice_state, minlength=n)
+        per_branch_choice = np.repeat(np.arange(exp.n_choices), np.diff(exp.branch_offsets))
+        prob = exp.prob / nchoices[exp.choice_state[per_branch_choice]]
+        states = np.flatnonzero(nchoices)
+        per_state = np.bincount(exp.choice_state[per_branch_choice], minlength=n)[states]
+        offsets = np.zeros(states.shape[0] + 1, dtype=np.int64)
+        np.cumsum(per_state, out=offsets[1:])
+        return Expansion(states.astype(np.int64), np.full(states.shape[0], NO_ACTION, dtype=np.int64), offsets, exp.succ, prob)

@@ -1,0 +1,20 @@
+"""The built-in ``uniform`` policy: every enabled action equally likely."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["UniformPolicy"]
+
+
+class UniformPolicy:
+    """Uniform over the enabled actions (masking in :func:`~distmc.policy.base.action_distribution` does the rest)."""
+
+    output = "probabilities"
+    name = "uniform"
+
+    def __init__(self, actions: list[str]) -> None:
+        self.actions = list(actions)
+
+    def forward(self, states: np.ndarray) -> np.ndarray:
+        return np.ones((states.shape[0], len(self.actions)))
