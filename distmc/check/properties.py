@@ -68,7 +68,7 @@ class PropertySpec:
         """A copy of the formula with ``min`` or ``max`` set (for MDPs)."""
         f = self.formula.clone()
         f.set_optimality_type(
-            stormpy.OptimizationDirection.Minimize if direction == "min" else stormpy.OptimizationDirection.Maximize
+            sl.OptimizationDirection.MINIMIZE if direction == "min" else sl.OptimizationDirection.MAXIMIZE
         )
         return f
 

@@ -12,8 +12,8 @@ Every probability is checked (finite, non-negative, the updates of each command 
 successor is checked against its variables' bounds; the first violation raises :class:`~distmc.errors.ModelError`
 naming the state and the command. Branches of probability zero are dropped, as Storm does.
 
-For a ``dtmc`` model the choices of a state are fused into one with weight 1/(number of choices), as PRISM and
-Storm do.
+For a ``dtmc`` model the explorer fuses the choices of a state into one with weight 1/(number of choices), as
+PRISM and Storm do; the kernel itself always returns the separate choices.
 """
 
 from __future__ import annotations
@@ -243,8 +243,6 @@ class Kernel:
         np.cumsum(per_choice, out=offsets[1:])
         exp = Expansion(choice_state, choice_action, offsets, succ, prob)
         self._check_bounds(states, exp)
-        if self.model.model_type == "dtmc":
-            exp = self._fuse(exp, n)
         return exp
 
     def _check_sync_writes(
@@ -278,14 +276,3 @@ class Kernel:
             f"{' of action [' + act + ']' if act else ''} sets '{v.name}' to {int(exp.succ[t, col])}, "
             f"outside its range [{v.lo}..{v.hi}]"
         )
-
-    @staticmethod
-    def _fuse(exp: Expansion, n: int) -> Expansion:
-        nchoices = np.bincount(exp.choice_state, minlength=n)
-        per_branch_choice = np.repeat(np.arange(exp.n_choices), np.diff(exp.branch_offsets))
-        prob = exp.prob / nchoices[exp.choice_state[per_branch_choice]]
-        states = np.flatnonzero(nchoices)
-        per_state = np.bincount(exp.choice_state[per_branch_choice], minlength=n)[states]
-        offsets = np.zeros(states.shape[0] + 1, dtype=np.int64)
-        np.cumsum(per_state, out=offsets[1:])
-        return Expansion(states.astype(np.int64), np.full(states.shape[0], NO_ACTION, dtype=np.int64), offsets, exp.succ, prob)

@@ -1,0 +1,139 @@
+"""The reducer: explored partitions -> one induced model (CSR rows, merged duplicates, labels, rewards).
+
+Duplicate targets within a row are merged (their probabilities added), which is what makes the transition
+count comparable with Storm's. State labels are the PRISM labels, ``init``, ``deadlock`` and every atom of the
+property; rewards are the property's reward structure (state rewards, and policy-weighted action rewards).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from distmc.explore.partition import Explored
+from distmc.model.packing import StateCodec
+from distmc.model.program import Model
+
+__all__ = ["InducedModel", "assemble"]
+
+#: States decoded at a time when labelling (bounds the memory of the decoded block).
+LABEL_CHUNK = 1 << 18
+
+
+@dataclass
+class InducedModel:
+    """A sparse DTMC or MDP ready for Storm.
+
+    Attributes:
+        kind: ``"dtmc"`` or ``"mdp"``.
+        row_groups: ``[N + 1]`` int64, rows of state ``s`` are ``row_groups[s]:row_groups[s+1]``.
+        row_offsets: ``[R + 1]`` int64, branches of row ``r``.
+        targets: ``[T]`` int64 (sorted within each row, no duplicates).
+        prob: ``[T]`` float64.
+        row_action: ``[R]`` int64 model action id or -1.
+        initial: ``[I]`` int64.
+        labels: name -> ``[N]`` bool.
+        rewards: name -> (state rewards ``[N]`` or None, action rewards ``[R]`` or None).
+        keys: ``[N]`` packed keys (state valuations, decoded on demand).
+    """
+
+    kind: str
+    row_groups: np.ndarray
+    row_offsets: np.ndarray
+    targets: np.ndarray
+    prob: np.ndarray
+    row_action: np.ndarray
+    initial: np.ndarray
+    labels: dict[str, np.ndarray]
+    rewards: dict[str, tuple[np.ndarray | None, np.ndarray | None]]
+    keys: np.ndarray
+    stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def n_states(self) -> int:
+        return int(self.row_groups.shape[0] - 1)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.row_offsets.shape[0] - 1)
+
+    @property
+    def n_transitions(self) -> int:
+        return int(self.targets.shape[0])
+
+
+def _merge_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """Sort each row's branches by target and add up duplicates."""
+    r = np.repeat(np.arange(row_offsets.shape[0] - 1, dtype=np.int64), np.diff(row_offsets))
+    composite = r * np.int64(n) + targets
+    order = np.argsort(composite, kind="stable")
+    composite = composite[order]
+    start = np.ones(composite.shape[0], dtype=bool)
+    start[1:] = composite[1:] != composite[:-1]
+    idx = np.flatnonzero(start)
+    merged_prob = np.add.reduceat(prob[order], idx) if idx.size else prob[:0]
+    merged_targets = targets[order][idx]
+    merged_rows = r[order][idx]
+    counts = np.bincount(merged_rows, minlength=row_offsets.shape[0] - 1)
+    offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets, merged_targets, merged_prob
+
+
+def assemble(
+    parts: Explored,
+    model: Model,
+    codec: StateCodec,
+    atoms: dict[str, object],
+    reward_names: list[str],
+    *,
+    force_mdp: bool = False,
+) -> InducedModel:
+    """Assemble the induced model of one explored partition set (ids already global)."""
+    n = parts.n_states
+    row_state = parts.row_state
+    if row_state.size and (np.diff(row_state) < 0).any():
+        raise AssertionError("rows must arrive grouped by source state")
+    per_state = np.bincount(row_state, minlength=n)
+    row_groups = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(per_state, out=row_groups[1:])
+    offsets, targets, prob = _merge_rows(parts.branch_offsets, parts.targets, parts.prob, n)
+    kind = "mdp" if force_mdp or (per_state > 1).any() else "dtmc"
+
+    labels: dict[str, np.ndarray] = {name: np.zeros(n, dtype=bool) for name in model.labels}
+    for name in atoms:
+        labels[name] = np.zeros(n, dtype=bool)
+    state_rew = {name: np.zeros(n) for name in reward_names}
+    for start in range(0, n, LABEL_CHUNK):
+        states = codec.unpack(parts.keys[start : start + LABEL_CHUNK])
+        sl = slice(start, start + states.shape[0])
+        for name, e in model.labels.items():
+            labels[name][sl] = e(states)
+        for name, e in atoms.items():
+            labels[name][sl] = e(states)  # type: ignore[operator]
+        for name in reward_names:
+            for guard, value in model.reward(name).state_items:
+                state_rew[name][sl] += np.where(guard(states), value(states), 0.0)
+    init = np.zeros(n, dtype=bool)
+    init[parts.initial] = True
+    labels["init"] = init
+    labels["deadlock"] = parts.deadlock.copy()
+    rewards: dict[str, tuple[np.ndarray | None, np.ndarray | None]] = {}
+    for name in reward_names:
+        structure = model.reward(name)
+        s = state_rew[name]
+        s[parts.loop] = 0.0  # Storm gives terminal and deadlock states zero rewards
+        rewards[name] = (s if structure.state_items else None, parts.rewards[name] if structure.action_items else None)
+    return InducedModel(
+        kind=kind,
+        row_groups=row_groups,
+        row_offsets=offsets,
+        targets=targets,
+        prob=prob,
+        row_action=parts.row_action,
+        initial=parts.initial,
+        labels=labels,
+        rewards=rewards,
+        keys=parts.keys,
+    )

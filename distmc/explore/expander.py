@@ -1,0 +1,273 @@
+"""One expansion step: packed states in, rows of the induced model (with successor keys) out.
+
+This is where the kernel, the policy and the mode meet:
+
+* ``monolithic``: every enabled choice is a row of an MDP (no policy);
+* ``stochastic``: every action with pi(a|s) > threshold is kept (pi renormalised over the kept actions; if no
+  action exceeds the threshold the most probable one is kept), and the kept choices are fused into one row
+  ``sum_a pi(a|s) P(s,a,.)``;
+* ``deterministic``: only argmax_a pi(a|s) is kept (ties go to the first action in the policy's order).
+
+A ``dtmc`` model has no policy choice: its choices are fused with weight 1/(number of choices) as in Storm.
+If a state enables several choices with the same action label, the policy does not resolve them: with
+``resolve="none"`` the state keeps one row per combination of those choices (an MDP; the check reports min and
+max), with ``resolve="uniform"`` the label's probability is split evenly among them.
+
+Terminal states (see :mod:`distmc.check.properties`) and deadlocks get a self-loop, as in Storm.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from distmc.errors import PolicyError, ResourceLimitError
+from distmc.model.kernel import NO_ACTION, Kernel
+from distmc.model.packing import StateCodec
+from distmc.model.program import Model
+from distmc.policy.base import Policy, action_distribution
+
+__all__ = ["MODES", "Expander", "Rows"]
+
+MODES = ("stochastic", "deterministic", "monolithic")
+
+#: Most rows one state may get from unresolved same-label nondeterminism.
+MAX_PRODUCT_ROWS = 4096
+
+
+@dataclass
+class Rows:
+    """Rows of the induced model for a batch of ``B`` source states, grouped by source in batch order.
+
+    Attributes:
+        row_state: ``[R]`` int64, index of the source state in the batch (non-decreasing).
+        row_action: ``[R]`` int64, model action id of a row that is one choice, else ``NO_ACTION``.
+        branch_offsets: ``[R + 1]`` int64.
+        target_keys: ``[T]`` packed successor keys.
+        prob: ``[T]`` float64 (duplicates within a row are merged later, by the reducer).
+        rewards: reward structure name -> ``[R]`` float64 action reward of each row (policy-weighted).
+        terminal: ``[B]`` bool, not expanded because of the property.
+        deadlock: ``[B]`` bool, no enabled choice.
+        policy_states: number of states whose distribution was asked of the policy.
+    """
+
+    row_state: np.ndarray
+    row_action: np.ndarray
+    branch_offsets: np.ndarray
+    target_keys: np.ndarray
+    prob: np.ndarray
+    rewards: dict[str, np.ndarray] = field(default_factory=dict)
+    terminal: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    deadlock: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    policy_states: int = 0
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.row_state.shape[0])
+
+
+def _gather_rows(order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Branch gather index and new offsets for taking rows ``order`` out of CSR ``offsets``."""
+    counts = np.diff(offsets)[order]
+    new_off = np.zeros(order.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_off[1:])
+    gather = np.repeat(offsets[:-1][order] - new_off[:-1], counts) + np.arange(int(new_off[-1]), dtype=np.int64)
+    return gather, new_off
+
+
+class Expander:
+    """Turns packed states into rows of the induced model (stateless between batches)."""
+
+    def __init__(
+        self,
+        model: Model,
+        kernel: Kernel,
+        codec: StateCodec,
+        policy: Policy | None,
+        mode: str = "stochastic",
+        *,
+        terminal: object = None,
+        threshold: float = 0.0,
+        resolve: str = "none",
+        reward_names: list[str] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if resolve not in ("none", "uniform"):
+            raise ValueError(f"resolve must be 'none' or 'uniform', not {resolve!r}")
+        self.model, self.kernel, self.codec, self.mode = model, kernel, codec, mode
+        self.policy = policy if (mode != "monolithic" and model.model_type == "mdp") else None
+        self.terminal = terminal
+        self.threshold = float(threshold)
+        self.resolve = resolve
+        self.rewards = [model.reward(n) for n in (reward_names or [])]
+        if self.policy is not None:
+            index = {a: i for i, a in enumerate(self.policy.actions)}
+            self.model_to_policy = np.array([index.get(a, -1) for a in model.actions], dtype=np.int64)
+
+    # -- weights ---------------------------------------------------------------------------------------------
+
+    def _policy_weights(self, states: np.ndarray, c_state: np.ndarray, c_action: np.ndarray) -> np.ndarray:
+        """Weight of each choice ``[C]`` under the policy and mode (0 = dropped)."""
+        assert self.policy is not None
+        pa = self.model_to_policy[c_action]
+        if (pa < 0).any():
+            i = int(np.flatnonzero(pa < 0)[0])
+            raise PolicyError(
+                f"state {self.model.describe_state(states[c_state[i]])} enables action "
+                f"'{self.model.actions[c_action[i]]}', which the policy's action list {self.policy.actions} does not "
+                "contain; list it in the interface file"
+            )
+        b, a = states.shape[0], len(self.policy.actions)
+        enabled = np.zeros((b, a), dtype=bool)
+        enabled[c_state, pa] = True
+        has = enabled.any(axis=1)
+        rows = np.flatnonzero(has)
+        pi = np.zeros((b, a))
+        pi[rows] = action_distribution(self.policy, states[rows], enabled[rows], self.model.describe_state)
+        if self.mode == "deterministic":
+            best = np.argmax(np.where(enabled, pi, -1.0), axis=1)
+            keep = np.zeros_like(enabled)
+            keep[rows, best[rows]] = True
+            pi = keep.astype(np.float64)
+        elif self.threshold > 0:
+            keep = enabled & (pi > self.threshold)
+            none = has & ~keep.any(axis=1)
+            if none.any():
+                best = np.argmax(np.where(enabled, pi, -1.0), axis=1)
+                keep[np.flatnonzero(none), best[none]] = True
+            pi = np.where(keep, pi, 0.0)
+            pi[rows] /= pi[rows].sum(axis=1, keepdims=True)
+        return pi[c_state, pa]
+
+    # -- expansion ---------------------------------------------------------------------------------------------
+
+    def expand(self, keys: np.ndarray) -> Rows:
+        """Rows for the states with packed ``keys`` ``[B]``."""
+        states = self.codec.unpack(keys)
+        b = states.shape[0]
+        term = self.terminal(states) if callable(self.terminal) else np.zeros(b, dtype=bool)
+        active = np.flatnonzero(~term)
+        exp = self.kernel.expand(states[active])
+        c_state = active[exp.choice_state]
+        c_action = exp.choice_action
+        has_choice = np.bincount(c_state, minlength=b) > 0
+        deadlock = ~term & ~has_choice
+        c_rew = {r.name: self._choice_rewards(r, states, c_state, c_action) for r in self.rewards}
+        branch_choice = np.repeat(np.arange(exp.n_choices, dtype=np.int64), np.diff(exp.branch_offsets))
+        policy_states = 0
+
+        if self.model.model_type == "mdp" and self.policy is None:
+            # Monolithic: one row per choice.
+            row_state, row_action, offsets = c_state, c_action, exp.branch_offsets
+            succ, prob = exp.succ, exp.prob
+            row_rew = c_rew
+        else:
+            if self.policy is None:  # dtmc: uniform fusion
+                n = np.bincount(c_state, minlength=b)
+                w = 1.0 / n[c_state]
+                nondet = np.zeros(b, dtype=bool)
+            else:
+                w = self._policy_weights(states, c_state, c_action)
+                policy_states = int(np.unique(c_state).shape[0])
+                kept = w > 0
+                # Same-label duplicates among kept choices.
+                pair = c_state[kept] * (len(self.model.actions) + 1) + c_action[kept]
+                uniq, cnt = np.unique(pair, return_counts=True)
+                dup = np.zeros(b, dtype=bool)
+                dup[(uniq[cnt > 1] // (len(self.model.actions) + 1)).astype(np.int64)] = True
+                if dup.any() and self.resolve == "uniform":
+                    per_choice = np.zeros(exp.n_choices, dtype=np.int64)
+                    lookup = dict(zip(uniq.tolist(), cnt.tolist())) if cnt.max() > 1 else {}
+                    per_choice[kept] = [lookup.get(p, 1) for p in pair.tolist()] if lookup else 1
+                    w = np.where(kept, w / np.maximum(per_choice, 1), 0.0)
+                    nondet = np.zeros(b, dtype=bool)
+                else:
+                    nondet = dup
+            fuse = (w > 0) & ~nondet[c_state]
+            fb = fuse[branch_choice]
+            row_state = np.unique(c_state[fuse])
+            per_row = np.bincount(c_state[branch_choice[fb]], minlength=b)[row_state]
+            offsets = np.zeros(row_state.shape[0] + 1, dtype=np.int64)
+            np.cumsum(per_row, out=offsets[1:])
+            succ = exp.succ[fb]
+            prob = exp.prob[fb] * w[branch_choice[fb]]
+            row_action = np.full(row_state.shape[0], NO_ACTION, dtype=np.int64)
+            row_index = np.searchsorted(row_state, c_state[fuse])
+            row_rew = {
+                k: np.bincount(row_index, weights=v[fuse] * w[fuse], minlength=row_state.shape[0])
+                for k, v in c_rew.items()
+            }
+            if nondet.any():
+                row_state, row_action, offsets, succ, prob, row_rew = self._append_products(
+                    states, np.flatnonzero(nondet), c_state, c_action, w, exp, c_rew,
+                    (row_state, row_action, offsets, succ, prob, row_rew),
+                )
+        target_keys = self.codec.pack(succ)
+        # Self-loops for terminal and deadlock states.
+        loops = np.flatnonzero(term | deadlock)
+        if loops.size:
+            row_state = np.concatenate([row_state, loops])
+            row_action = np.concatenate([row_action, np.full(loops.size, NO_ACTION, dtype=np.int64)])
+            offsets = np.concatenate([offsets, offsets[-1] + 1 + np.arange(loops.size, dtype=np.int64)])
+            target_keys = np.concatenate([target_keys, keys[loops]])
+            prob = np.concatenate([prob, np.ones(loops.size)])
+            row_rew = {k: np.concatenate([v, np.zeros(loops.size)]) for k, v in row_rew.items()}
+            order = np.argsort(row_state, kind="stable")
+            gather, offsets = _gather_rows(order, offsets)
+            row_state, row_action = row_state[order], row_action[order]
+            target_keys, prob = target_keys[gather], prob[gather]
+            row_rew = {k: v[order] for k, v in row_rew.items()}
+        return Rows(row_state, row_action, offsets, target_keys, prob, row_rew, term, deadlock, policy_states)
+
+    def _choice_rewards(self, reward: object, states: np.ndarray, c_state: np.ndarray, c_action: np.ndarray) -> np.ndarray:
+        out = np.zeros(c_state.shape[0])
+        for action, guard, value in reward.action_items:  # type: ignore[attr-defined]
+            if action not in self.kernel.action_id:
+                continue
+            sel = np.flatnonzero(c_action == self.kernel.action_id[action])
+            if sel.size:
+                sub = states[c_state[sel]]
+                out[sel] += np.where(guard(sub), value(sub), 0.0)
+        return out
+
+    def _append_products(self, states, nd_states, c_state, c_action, w, exp, c_rew, base):  # type: ignore[no-untyped-def]
+        """Rows for states whose same-label choices stay nondeterministic (rare: a Python loop over them only)."""
+        row_state, row_action, offsets, succ, prob, row_rew = base
+        add_state, add_off, add_succ, add_prob = [], [], [], []
+        add_rew: dict[str, list[float]] = {k: [] for k in row_rew}
+        first = np.searchsorted(c_state, nd_states, side="left")
+        last = np.searchsorted(c_state, nd_states, side="right")
+        for s, lo, hi in zip(nd_states.tolist(), first.tolist(), last.tolist()):
+            groups: dict[int, list[int]] = {}
+            for c in range(lo, hi):
+                if w[c] > 0:
+                    groups.setdefault(int(c_action[c]), []).append(c)
+            combos = 1
+            for g in groups.values():
+                combos *= len(g)
+            if combos > MAX_PRODUCT_ROWS:
+                raise ResourceLimitError(
+                    f"state {self.model.describe_state(states[s])} has {combos} combinations of same-label choices; "
+                    "use --resolve uniform"
+                )
+            for combo in itertools.product(*groups.values()):
+                parts = [np.arange(exp.branch_offsets[c], exp.branch_offsets[c + 1]) for c in combo]
+                idx = np.concatenate(parts)
+                add_state.append(s)
+                add_off.append(idx.size)
+                add_succ.append(exp.succ[idx])
+                add_prob.append(np.concatenate([exp.prob[p] * w[c] for p, c in zip(parts, combo)]))
+                for k in add_rew:
+                    add_rew[k].append(float(sum(c_rew[k][c] * w[c] for c in combo)))
+        row_state = np.concatenate([row_state, np.array(add_state, dtype=np.int64)])
+        row_action = np.concatenate([row_action, np.full(len(add_state), NO_ACTION, dtype=np.int64)])
+        offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(add_off)])
+        succ = np.concatenate([succ, *add_succ])
+        prob = np.concatenate([prob, *add_prob])
+        row_rew = {k: np.concatenate([v, np.array(add_rew[k])]) for k, v in row_rew.items()}
+        order = np.argsort(row_state, kind="stable")
+        gather, offsets = _gather_rows(order, offsets)
+        return row_state[order], row_action[order], offsets, succ[gather], prob[gather], {k: v[order] for k, v in row_rew.items()}

@@ -1,0 +1,127 @@
+"""A partition: the states it owns (visited set), its frontier, and its transition buffer.
+
+This is the seam between the explorer and its drivers. The in-process driver (:mod:`distmc.explore.local`)
+runs one partition that owns every state; a distributed driver runs one partition per worker and routes every
+successor key to the partition that owns it (``owner = hash(key) mod W``), which answers with its local id, so
+that the reducer can number states globally with prefix offsets over the partitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from distmc.explore.expander import Expander, Rows
+from distmc.explore.visited import VisitedSet
+
+__all__ = ["Explored", "Partition"]
+
+
+@dataclass
+class Explored:
+    """What a partition hands to the reducer (ids are the partition's local ids).
+
+    Attributes:
+        keys: ``[N]`` packed keys in id order.
+        loop: ``[N]`` bool, terminal or deadlock (self-loop, zero rewards, as in Storm).
+        deadlock: ``[N]`` bool.
+        row_state: ``[R]`` int64 source id of each row, non-decreasing.
+        row_action: ``[R]`` int64.
+        branch_offsets: ``[R + 1]`` int64.
+        targets: ``[T]`` int64 target ids.
+        prob: ``[T]`` float64.
+        rewards: name -> ``[R]`` float64 action rewards.
+        initial: ``[I]`` int64 ids of the initial states.
+    """
+
+    keys: np.ndarray
+    loop: np.ndarray
+    deadlock: np.ndarray
+    row_state: np.ndarray
+    row_action: np.ndarray
+    branch_offsets: np.ndarray
+    targets: np.ndarray
+    prob: np.ndarray
+    rewards: dict[str, np.ndarray]
+    initial: np.ndarray
+    stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def n_states(self) -> int:
+        return int(self.keys.shape[0])
+
+
+class Partition:
+    """Owned states, frontier and transition buffer of one worker."""
+
+    def __init__(self, expander: Expander, key_dtype: np.dtype) -> None:
+        self.expander = expander
+        self.visited = VisitedSet(key_dtype)
+        self._frontier: list[np.ndarray] = []  # new keys not yet expanded, in id order
+        self._frontier_start = 0  # id of the first frontier state
+        self._expanded = 0  # states expanded so far (ids 0.._expanded-1)
+        self._rows: list[tuple[np.ndarray, ...]] = []
+        self._rewards: list[dict[str, np.ndarray]] = []
+        self._loop: list[np.ndarray] = []
+        self._deadlock: list[np.ndarray] = []
+        self.transitions = 0
+        self.policy_states = 0
+
+    # -- owned states ------------------------------------------------------------------------------------------
+
+    def resolve(self, keys: np.ndarray) -> np.ndarray:
+        """Local ids of ``keys`` ``[K]`` (all owned by this partition); unseen ones join the frontier."""
+        ids, new = self.visited.insert(keys)
+        if new.shape[0]:
+            self._frontier.append(new)
+        return ids
+
+    @property
+    def frontier_size(self) -> int:
+        return self.visited.size - self._expanded
+
+    def take_level(self) -> tuple[np.ndarray, np.ndarray]:
+        """Ids ``[F]`` and keys ``[F]`` of the whole current frontier (one BFS level)."""
+        keys = np.concatenate(self._frontier) if self._frontier else np.zeros(0, dtype=self.visited.dtype)
+        self._frontier = []
+        ids = self._expanded + np.arange(keys.shape[0], dtype=np.int64)
+        self._expanded += keys.shape[0]
+        return ids, keys
+
+    # -- expansion ---------------------------------------------------------------------------------------------
+
+    def expand(self, keys: np.ndarray) -> Rows:
+        """Rows for owned states ``keys`` (their successors' keys still to be resolved by their owners)."""
+        rows = self.expander.expand(keys)
+        self.policy_states += rows.policy_states
+        return rows
+
+    def store(self, ids: np.ndarray, rows: Rows, target_ids: np.ndarray) -> None:
+        """Buffer the rows of owned states ``ids`` with resolved ``target_ids`` ``[T]``."""
+        self._rows.append((ids[rows.row_state], rows.row_action, np.diff(rows.branch_offsets), target_ids, rows.prob))
+        self._rewards.append(rows.rewards)
+        self._loop.append(rows.terminal | rows.deadlock)
+        self._deadlock.append(rows.deadlock)
+        self.transitions += int(target_ids.shape[0])
+
+    def result(self, initial: np.ndarray) -> Explored:
+        def cat(i: int, dtype: type) -> np.ndarray:
+            return np.concatenate([r[i] for r in self._rows]) if self._rows else np.zeros(0, dtype=dtype)
+
+        counts = cat(2, np.int64)
+        offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        names = list(self._rewards[0]) if self._rewards else []
+        return Explored(
+            keys=self.visited.keys_by_id(),
+            loop=np.concatenate(self._loop) if self._loop else np.zeros(0, dtype=bool),
+            deadlock=np.concatenate(self._deadlock) if self._deadlock else np.zeros(0, dtype=bool),
+            row_state=cat(0, np.int64),
+            row_action=cat(1, np.int64),
+            branch_offsets=offsets,
+            targets=cat(3, np.int64),
+            prob=cat(4, np.float64),
+            rewards={n: np.concatenate([r[n] for r in self._rewards]) for n in names},
+            initial=initial,
+        )
