@@ -5,8 +5,10 @@ state and transition counts are comparable with ``stormpy.build_model(program, p
 child (a label or an expression) of the outermost ``P``/``R`` operator's path formula counts:
 
 * ``F phi`` (unbounded): states satisfying ``phi`` are not expanded;
-* ``phi1 U phi2`` (unbounded): states satisfying ``phi2``, and states violating ``phi1``, are not expanded;
-* bounded path formulas (``F<=k``, ``U<=k``), ``G``, cumulative and instantaneous rewards: no terminal states.
+* ``phi1 U phi2`` (unbounded): states satisfying ``phi2``, and states violating ``phi1``, are not expanded, but
+  only when ``phi1`` is atomic or ``true``;
+* the same for their step-bounded forms (``F<=k``, ``phi1 U<=k phi2``);
+* ``G``, cumulative and instantaneous rewards: no terminal states.
 
 Labels of the PRISM program inside the property are replaced by their defining expressions before the formula
 used for checking is parsed, so that every propositional subformula becomes one atomic expression; the reducer
@@ -165,11 +167,16 @@ def _terminal(f: Any, model: Model) -> list[tuple[CompiledExpr, bool]]:
         a = _atom(sub.subformula, model)
         if a is not None:
             out.append((a[1], True))
-    elif isinstance(sub, sl.UntilFormula) and isinstance(f, sl.ProbabilityOperatorFormula):
+    elif isinstance(sub, (sl.UntilFormula, sl.BoundedUntilFormula)) and isinstance(f, sl.ProbabilityOperatorFormula):
+        # Storm uses an until formula only when its left side is atomic or the literal true (measured: with a
+        # compound left side, e.g. !"a" U "b", it builds the whole reachable model).
+        left_f = sub.left_subformula
+        left = _atom(left_f, model)
+        if left is None and not (isinstance(left_f, sl.BooleanLiteralFormula) and str(left_f) == "true"):
+            return out
         right = _atom(sub.right_subformula, model)
         if right is not None:
             out.append((right[1], True))
-        left = _atom(sub.left_subformula, model)
         if left is not None:
             out.append((left[1], False))
     return out

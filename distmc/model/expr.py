@@ -71,8 +71,8 @@ class CompiledExpr:
         """Evaluate over ``states`` ``[B, V]``; always returns an array of shape ``[B]``."""
         with np.errstate(divide="ignore", invalid="ignore"):
             out = self.fn(states)
-        dtype = {"bool": np.bool_, "int": np.int64, "real": np.float64}[self.kind]
-        out = np.asarray(out, dtype=dtype)
+        # Storm types some quotients of integers (1/2) as int; numpy's own result type is the truth here.
+        out = np.asarray(out, dtype=np.bool_) if self.kind == "bool" else np.asarray(out)
         if out.shape != (states.shape[0],):
             out = np.broadcast_to(out, (states.shape[0],)).copy()
         return out

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import stormpy
 from stormpy import expressions as sx
+from stormpy.developer.storage import PrismModelType
 
 from distmc.errors import ModelError, UnsupportedError
 from distmc.model.expr import CompiledExpr, compile_expression
@@ -335,13 +336,15 @@ def load_model(path: str | Path, constants: dict[str, str] | str | None = None) 
         constants = parse_constants(constants)
     prog = _parse(path)
     mt = prog.model_type
-    types = {stormpy.PrismModelType.DTMC: "dtmc", stormpy.PrismModelType.MDP: "mdp"} if hasattr(stormpy, "PrismModelType") else {}
-    from stormpy.developer.storage import PrismModelType
-
     types = {PrismModelType.DTMC: "dtmc", PrismModelType.MDP: "mdp"}
     if mt not in types:
         raise UnsupportedError(
             f"{path}: model type {str(mt).split('.')[-1].lower()} is not supported; distmc handles dtmc and mdp"
+        )
+    if re.search(r"^system\s", str(prog), re.M):
+        raise UnsupportedError(
+            f"{path}: custom system composition (system ... endsystem) is not supported; use the default "
+            "parallel composition of all modules"
         )
     prog = _instantiate(prog, path, dict(constants))
 
