@@ -41,15 +41,15 @@ COOLMC_CASES = [
     ("cleaning_system.prism", None),
     ("compressed_dummy.prism", None),
     ("csma.2-2.v1.prism", None),
-    ("pokemon.prism", None),
     ("resource_gathering.prism", "GOLD_TO_COLLECT=2,GEM_TO_COLLECT=2,B=2"),
-    ("scheduling_task.prism", None),
     ("ski2.prism", None),
     ("transporter_with_rewards.prism", "MAX_JOBS=2,MAX_FUEL=10"),
     ("ttt.prism", None),
     ("zeroconf.prism", "N=20,K=2,reset=true"),
     ("pacman.prism", "MAXSTEPS=5"),
 ]
+# Left out, too large for a unit test on 2 cores (they belong in benchmarks): pokemon.prism (over 3 M states and
+# 78 M transitions by depth 7) and scheduling_task.prism (over 320 k states and 34 M transitions by depth 5).
 
 
 def close(a: object, b: object) -> bool:
