@@ -106,7 +106,7 @@ def verify(
     if spec.is_reward:
         reward_names = [model.reward(spec.reward_name).name]
     codec = StateCodec(model.lo, model.hi)
-    kernel = Kernel(model)
+    kernel = Kernel(model, codec)
     expander = Expander(
         model, kernel, codec, pol, mode, terminal=spec.terminal_mask, threshold=threshold, resolve=resolve,
         reward_names=reward_names,

@@ -24,8 +24,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("model", help="PRISM file (dtmc or mdp), or 'example' for the bundled gridworld")
     run.add_argument("--prop", required=True, help='PCTL property, e.g. \'P=? [F "crash"]\'')
     run.add_argument("--const", default=None, help="undefined constants, e.g. N=3,p=0.1")
-    run.add_argument("--policy", default="uniform", help="'uniform' or a TorchScript file")
-    run.add_argument("--interface", default=None, help="interface file (JSON/TOML) of the network")
+    run.add_argument("--policy", default="uniform",
+                     help="'uniform', a TorchScript file, or 'example' for the bundled gridworld policy (N=6)")
+    run.add_argument("--interface", default=None,
+                     help="interface file (JSON/TOML) of the network (with --policy example: the bundled one)")
     run.add_argument("--mode", default="stochastic", choices=["stochastic", "deterministic", "monolithic"])
     run.add_argument("--threshold", type=float, default=0.0, help="stochastic mode: keep actions with pi > threshold")
     run.add_argument("--resolve", default="none", choices=["none", "uniform"],
@@ -44,18 +46,31 @@ def _example_path(name: str) -> str:
     return name
 
 
+def _example_policy(policy: str, interface: str | None) -> tuple[str, str | None]:
+    """``--policy example``: the bundled gridworld network and, unless one is given, its interface file."""
+    if policy != "example":
+        return policy, interface
+    examples = resources.files("distmc") / "examples"
+    return str(examples / "gridworld_policy.pt"), interface or str(examples / "gridworld_policy.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmc`` command."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.export is not None and Path(args.export).suffix not in (".drn", ".umb"):
+        # Checked before the run, not after it: the file's suffix chooses the format.
+        parser.error(f"--export {args.export}: the file name must end in .drn or .umb")
     try:
         from distmc.api import verify
 
+        policy, interface = _example_policy(args.policy, args.interface)
         report = verify(
             _example_path(args.model),
             args.prop,
             constants=args.const,
-            policy=args.policy,
-            interface=args.interface,
+            policy=policy,
+            interface=interface,
             mode=args.mode,
             threshold=args.threshold,
             resolve=args.resolve,

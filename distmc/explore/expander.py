@@ -150,7 +150,7 @@ class Expander:
         b = states.shape[0]
         term = self.terminal(states) if callable(self.terminal) else np.zeros(b, dtype=bool)
         active = np.flatnonzero(~term)
-        exp = self.kernel.expand(states[active])
+        exp = self.kernel.expand(states[active], keys[active])
         c_state = active[exp.choice_state]
         c_action = exp.choice_action
         has_choice = np.bincount(c_state, minlength=b) > 0
@@ -162,7 +162,7 @@ class Expander:
         if self.model.model_type == "mdp" and self.policy is None:
             # Monolithic: one row per choice.
             row_state, row_action, offsets = c_state, c_action, exp.branch_offsets
-            succ, prob = exp.succ, exp.prob
+            succ, prob = exp.succ_keys, exp.prob
             row_rew = c_rew
         else:
             if self.policy is None:  # dtmc: uniform fusion
@@ -192,7 +192,7 @@ class Expander:
             per_row = np.bincount(c_state[branch_choice[fb]], minlength=b)[row_state]
             offsets = np.zeros(row_state.shape[0] + 1, dtype=np.int64)
             np.cumsum(per_row, out=offsets[1:])
-            succ = exp.succ[fb]
+            succ = exp.succ_keys[fb]
             prob = exp.prob[fb] * w[branch_choice[fb]]
             row_action = np.full(row_state.shape[0], NO_ACTION, dtype=np.int64)
             row_index = np.searchsorted(row_state, c_state[fuse])
@@ -205,7 +205,7 @@ class Expander:
                     states, np.flatnonzero(nondet), c_state, c_action, w, exp, c_rew,
                     (row_state, row_action, offsets, succ, prob, row_rew),
                 )
-        target_keys = self.codec.pack(succ)
+        target_keys = succ
         # Self-loops for terminal and deadlock states.
         loops = np.flatnonzero(term | deadlock)
         if loops.size:
@@ -258,7 +258,7 @@ class Expander:
                 idx = np.concatenate(parts)
                 add_state.append(s)
                 add_off.append(idx.size)
-                add_succ.append(exp.succ[idx])
+                add_succ.append(exp.succ_keys[idx])
                 add_prob.append(np.concatenate([exp.prob[p] * w[c] for p, c in zip(parts, combo)]))
                 for k in add_rew:
                     add_rew[k].append(float(sum(c_rew[k][c] * w[c] for c in combo)))

@@ -56,12 +56,14 @@ class CompiledExpr:
         source: the generated numpy source.
         kind: ``"bool"``, ``"int"`` or ``"real"``.
         fn: ``fn(S[B, V] int64) -> array[B] or scalar``.
+        tree: the expression as nested tuples (:data:`Tree`), for the compiled kernel (:mod:`distmc.model._compiled`).
     """
 
     text: str
     source: str
     kind: str
     fn: Callable[[np.ndarray], Any]
+    tree: Tree = ()
 
     @property
     def is_constant(self) -> bool:
@@ -126,10 +128,40 @@ def _translate(e: sx.Expression, columns: Mapping[str, tuple[int, bool]]) -> str
 
 _NAMESPACE = {"_np": np, "_T": np.True_, "_F": np.False_}
 
+# Tree form for the compiled kernel's register machine (distmc.model._compiled): every value is a float64, booleans
+# are 0/1. Operator names the register machine knows; unary minus becomes ("sub", 0, x).
+_TREE_OPS: dict[Any, str] = {
+    _OP.AND: "and", _OP.OR: "or", _OP.XOR: "ne", _OP.IMPLIES: "implies", _OP.IFF: "eq", _OP.PLUS: "add",
+    _OP.MINUS: "sub", _OP.TIMES: "mul", _OP.DIVIDE: "div", _OP.MIN: "min", _OP.MAX: "max", _OP.MODULO: "fmod",
+    _OP.EQUAL: "eq", _OP.NOT_EQUAL: "ne", _OP.LESS: "lt", _OP.LESS_OR_EQUAL: "le", _OP.GREATER: "gt",
+    _OP.GREATER_OR_EQUAL: "ge", _OP.NOT: "not", _OP.ITE: "ite", _OP.FLOOR: "floor", _OP.CEIL: "ceil",
+    _OP.POWER: "pow",
+}
+
+#: A node of the tree form: ``("var", column)``, ``("const", value)`` or ``(operator, child, ...)``.
+Tree = tuple[Any, ...]
+
+
+def _tree(e: sx.Expression, columns: Mapping[str, tuple[int, bool]]) -> Tree:
+    if e.is_literal():
+        k = _kind(e)
+        if k == "bool":
+            return ("const", 1.0 if e.evaluate_as_bool() else 0.0)
+        return ("const", float(e.evaluate_as_int() if k == "int" else e.evaluate_as_double()))
+    if e.is_variable():
+        return ("var", columns[e.get_identifier()][0])
+    op = e.operator
+    args = [_tree(e.get_operand(i), columns) for i in range(e.arity)]
+    if op == _OP.MINUS and len(args) == 1:
+        return ("sub", ("const", 0.0), args[0])
+    if op not in _TREE_OPS:
+        raise ModelError(f"unsupported operator {op} in expression '{e}'")
+    return (_TREE_OPS[op], *args)
+
 
 def compile_expression(e: sx.Expression, columns: Mapping[str, tuple[int, bool]]) -> CompiledExpr:
     """Compile ``e`` against the state layout ``columns`` (variable name -> (column, is_bool))."""
     e = e.simplify()
     src = _translate(e, columns)
     fn = eval(compile(f"lambda S: {src}", f"<prism expression {e}>", "eval"), dict(_NAMESPACE))  # noqa: S307
-    return CompiledExpr(text=str(e), source=src, kind=_kind(e), fn=fn)
+    return CompiledExpr(text=str(e), source=src, kind=_kind(e), fn=fn, tree=_tree(e, columns))

@@ -18,11 +18,13 @@ PRISM and Storm do; the kernel itself always returns the separate choices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from distmc.errors import ModelError
+from distmc.model.packing import StateCodec
 from distmc.model.program import Command, Model
 
 __all__ = ["Expansion", "Kernel", "NO_ACTION"]
@@ -42,19 +44,25 @@ class Expansion:
         choice_state: ``[C]`` int64, index of the source state within the batch.
         choice_action: ``[C]`` int64, index into ``Model.actions`` (``NO_ACTION`` for a fused dtmc choice).
         branch_offsets: ``[C + 1]`` int64, the branches of choice ``c`` are ``branch_offsets[c]:branch_offsets[c+1]``.
-        succ: ``[T, V]`` int64, successor states.
+        succ_keys: ``[T]`` packed successor states (the kernel's codec).
         prob: ``[T]`` float64, branch probabilities.
     """
 
     choice_state: np.ndarray
     choice_action: np.ndarray
     branch_offsets: np.ndarray
-    succ: np.ndarray
+    succ_keys: np.ndarray
     prob: np.ndarray
+    codec: StateCodec = field(repr=False)
 
     @property
     def n_choices(self) -> int:
         return int(self.choice_state.shape[0])
+
+    @property
+    def succ(self) -> np.ndarray:
+        """``[T, V]`` int64 successor states (decoded from the keys)."""
+        return self.codec.unpack(self.succ_keys)
 
 
 def _mixed_radix(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,8 +92,17 @@ class Kernel:
         >>> exp.succ.shape, exp.prob.sum()
     """
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, codec: StateCodec | None = None, *, compiled: bool | None = None) -> None:
+        """Compile the kernel of ``model``.
+
+        Args:
+            model: the model.
+            codec: how states are packed (default: ``StateCodec(model.lo, model.hi)``).
+            compiled: use the numba kernel (:mod:`distmc.model._compiled`) where it applies; default on, unless the
+                environment sets ``DISTMC_KERNEL=numpy``.
+        """
         self.model = model
+        self.codec = codec if codec is not None else StateCodec(model.lo, model.hi)
         self.lo = model.lo
         self.hi = model.hi
         self.n_vars = len(model.variables)
@@ -115,6 +132,19 @@ class Kernel:
                                 pairs.append((a, b))
             if pairs:
                 self._conflicts[aid] = pairs
+        if compiled is None:
+            compiled = os.environ.get("DISTMC_KERNEL", "compiled") != "numpy"
+        self._compiled = None
+        if compiled:
+            from distmc.model._compiled import CompiledKernel, compiled_kernel_available
+
+            if compiled_kernel_available(self):
+                self._compiled = CompiledKernel(self)
+
+    @property
+    def is_compiled(self) -> bool:
+        """Whether batches go through the numba kernel."""
+        return self._compiled is not None
 
     # -- per-command update tables ----------------------------------------------------------------------------
 
@@ -176,9 +206,20 @@ class Kernel:
 
     # -- expansion --------------------------------------------------------------------------------------------
 
-    def expand(self, states: np.ndarray) -> Expansion:
-        """All enabled choices of ``states`` ``[B, V]`` int64 (deadlocks have none; the caller adds self-loops)."""
+    def expand(self, states: np.ndarray, keys: np.ndarray | None = None) -> Expansion:
+        """All enabled choices of ``states`` ``[B, V]`` int64 (deadlocks have none; the caller adds self-loops).
+
+        ``keys`` ``[B]``, the packed ``states``, saves packing them again when the caller has them.
+        """
         states = np.ascontiguousarray(states, dtype=np.int64)
+        if self._compiled is not None:
+            exp = self._compiled.expand(states, self.codec.pack(states) if keys is None else keys)
+            if exp is not None:
+                return exp
+            # A model check failed in this batch: the numpy path below finds it and names the state.
+        return self._expand_numpy(states)
+
+    def _expand_numpy(self, states: np.ndarray) -> Expansion:
         pair_state, pair_cmd, pair_row, pair_nupd, row_prob, row_delta = self._command_tables(states)
         # Each choice source: (state [C], action [C], participants [C, k] pair ids).
         sources: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -209,7 +250,8 @@ class Kernel:
             sources.append((ok[owner], np.full(owner.shape[0], aid, dtype=np.int64), parts))
         if not sources:
             z = np.zeros(0, dtype=np.int64)
-            return Expansion(z, z, np.zeros(1, dtype=np.int64), np.zeros((0, self.n_vars), dtype=np.int64), np.zeros(0))
+            return Expansion(z, z, np.zeros(1, dtype=np.int64), self.codec.pack(np.zeros((0, self.n_vars), dtype=np.int64)),
+                             np.zeros(0), self.codec)
         cs, ca, offs, succs, probs = [], [], [], [], []
         for c_state, c_action, parts in sources:
             nupd = pair_nupd[parts]  # [C, k]
@@ -241,9 +283,8 @@ class Kernel:
         succ, prob = succ[gather], prob[gather]
         offsets = np.zeros(choice_state.shape[0] + 1, dtype=np.int64)
         np.cumsum(per_choice, out=offsets[1:])
-        exp = Expansion(choice_state, choice_action, offsets, succ, prob)
-        self._check_bounds(states, exp)
-        return exp
+        self._check_bounds(states, choice_state, choice_action, offsets, succ)
+        return Expansion(choice_state, choice_action, offsets, self.codec.pack(succ), prob, self.codec)
 
     def _check_sync_writes(
         self, aid: int, states: np.ndarray, pair_state: np.ndarray, pair_cmd: np.ndarray, parts: np.ndarray
@@ -261,18 +302,21 @@ class Kernel:
                     "(illegal synchronising write)"
                 )
 
-    def _check_bounds(self, states: np.ndarray, exp: Expansion) -> None:
-        bad = ((exp.succ < self.lo) | (exp.succ > self.hi)).any(axis=1)
+    def _check_bounds(
+        self, states: np.ndarray, choice_state: np.ndarray, choice_action: np.ndarray, offsets: np.ndarray,
+        succ: np.ndarray,
+    ) -> None:
+        bad = ((succ < self.lo) | (succ > self.hi)).any(axis=1)
         if not bad.any():
             return
         t = int(np.flatnonzero(bad)[0])
-        c = int(np.searchsorted(exp.branch_offsets, t, side="right") - 1)
-        src = states[exp.choice_state[c]]
-        col = int(np.flatnonzero((exp.succ[t] < self.lo) | (exp.succ[t] > self.hi))[0])
+        c = int(np.searchsorted(offsets, t, side="right") - 1)
+        src = states[choice_state[c]]
+        col = int(np.flatnonzero((succ[t] < self.lo) | (succ[t] > self.hi))[0])
         v = self.model.variables[col]
-        act = self.model.actions[exp.choice_action[c]] if exp.choice_action[c] >= 0 else ""
+        act = self.model.actions[choice_action[c]] if choice_action[c] >= 0 else ""
         raise ModelError(
             f"{self.model.path}: in state {self.model.describe_state(src)}, a command"
-            f"{' of action [' + act + ']' if act else ''} sets '{v.name}' to {int(exp.succ[t, col])}, "
+            f"{' of action [' + act + ']' if act else ''} sets '{v.name}' to {int(succ[t, col])}, "
             f"outside its range [{v.lo}..{v.hi}]"
         )

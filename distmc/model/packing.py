@@ -47,18 +47,27 @@ class StateCodec:
         off = (states - self.lo).astype(np.uint64)
         for i in range(states.shape[1]):  # loop over variables, not states
             out[:, self.word[i]] |= off[:, i] << np.uint64(self.shift[i])
+        # Multi-word keys: big-endian words, so that byte order equals numeric order of (word0, word1, ...).
+        return self.from_words(out)
+
+    def to_words(self, keys: np.ndarray) -> np.ndarray:
+        """Keys ``[N]`` -> their 64-bit words ``[N, words]`` uint64 (native byte order)."""
+        n = keys.shape[0]
         if self.words == 1:
-            return out[:, 0]
-        # Big-endian words so that byte order equals numeric order of (word0, word1, ...).
-        return np.ascontiguousarray(out.astype(">u8")).view(self.dtype).reshape(n)
+            return np.ascontiguousarray(keys, dtype=np.uint64).reshape(n, 1)
+        return np.ascontiguousarray(keys).view(">u8").reshape(n, self.words).astype(np.uint64)
+
+    def from_words(self, words: np.ndarray) -> np.ndarray:
+        """Words ``[N, words]`` uint64 -> keys ``[N]`` (the inverse of :meth:`to_words`)."""
+        n = words.shape[0]
+        if self.words == 1:
+            return np.ascontiguousarray(words[:, 0])
+        return np.ascontiguousarray(words.astype(">u8")).view(self.dtype).reshape(n)
 
     def unpack(self, keys: np.ndarray) -> np.ndarray:
         """Keys ``[N]`` -> ``[N, V]`` int64."""
         n = keys.shape[0]
-        if self.words == 1:
-            words = keys.astype(np.uint64).reshape(n, 1)
-        else:
-            words = np.ascontiguousarray(keys).view(">u8").reshape(n, self.words).astype(np.uint64)
+        words = self.to_words(keys)
         out = np.empty((n, len(self.bits)), dtype=np.int64)
         for i in range(len(self.bits)):
             out[:, i] = ((words[:, self.word[i]] >> np.uint64(self.shift[i])) & self.mask[i]).astype(np.int64)
