@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from distmc._internal.jit import HAVE_NUMBA, merge_rows
 from distmc.explore.partition import Explored
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
@@ -64,7 +65,9 @@ class InducedModel:
 
 
 def _merge_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
-    """Sort each row's branches by target and add up duplicates."""
+    """Sort each row's branches by target and add up duplicates (in arrival order)."""
+    if HAVE_NUMBA:
+        return merge_rows(row_offsets, targets, prob)
     r = np.repeat(np.arange(row_offsets.shape[0] - 1, dtype=np.int64), np.diff(row_offsets))
     composite = r * np.int64(n) + targets
     order = np.argsort(composite, kind="stable")

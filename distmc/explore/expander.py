@@ -180,7 +180,7 @@ class Expander:
                 dup[(uniq[cnt > 1] // (len(self.model.actions) + 1)).astype(np.int64)] = True
                 if dup.any() and self.resolve == "uniform":
                     per_choice = np.zeros(exp.n_choices, dtype=np.int64)
-                    lookup = dict(zip(uniq.tolist(), cnt.tolist())) if cnt.max() > 1 else {}
+                    lookup = dict(zip(uniq.tolist(), cnt.tolist(), strict=True)) if cnt.max() > 1 else {}
                     per_choice[kept] = [lookup.get(p, 1) for p in pair.tolist()] if lookup else 1
                     w = np.where(kept, w / np.maximum(per_choice, 1), 0.0)
                     nondet = np.zeros(b, dtype=bool)
@@ -240,7 +240,7 @@ class Expander:
         add_rew: dict[str, list[float]] = {k: [] for k in row_rew}
         first = np.searchsorted(c_state, nd_states, side="left")
         last = np.searchsorted(c_state, nd_states, side="right")
-        for s, lo, hi in zip(nd_states.tolist(), first.tolist(), last.tolist()):
+        for s, lo, hi in zip(nd_states.tolist(), first.tolist(), last.tolist(), strict=True):
             groups: dict[int, list[int]] = {}
             for c in range(lo, hi):
                 if w[c] > 0:
@@ -259,7 +259,7 @@ class Expander:
                 add_state.append(s)
                 add_off.append(idx.size)
                 add_succ.append(exp.succ_keys[idx])
-                add_prob.append(np.concatenate([exp.prob[p] * w[c] for p, c in zip(parts, combo)]))
+                add_prob.append(np.concatenate([exp.prob[p] * w[c] for p, c in zip(parts, combo, strict=True)]))
                 for k in add_rew:
                     add_rew[k].append(float(sum(c_rew[k][c] * w[c] for c in combo)))
         row_state = np.concatenate([row_state, np.array(add_state, dtype=np.int64)])

@@ -1,12 +1,16 @@
 """The visited set of a partition: packed keys -> local state ids, numbered in order of discovery.
 
-A sorted key array with a parallel id array; a batch is looked up with one ``searchsorted`` and the new keys are
-merged in with one ``np.insert`` (O(N + batch) per call, no Python loop over states).
+One-word (uint64) keys live in a compiled open-addressing hash table (:class:`distmc._internal.jit.KeyTable`,
+O(1) per key). Wider keys (numpy ``void``) use a sorted key array with a parallel id array: a batch is looked up
+with one ``searchsorted`` and the new keys are merged in with one ``np.insert`` (O(N + batch) per call). Both
+number new keys in order of first occurrence, so the two give identical ids.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from distmc._internal.jit import HAVE_NUMBA, KeyTable
 
 __all__ = ["VisitedSet"]
 
@@ -16,6 +20,7 @@ class VisitedSet:
 
     def __init__(self, dtype: np.dtype) -> None:
         self.dtype = dtype
+        self._table = KeyTable() if HAVE_NUMBA and np.dtype(dtype) == np.dtype(np.uint64) else None
         self._sorted = np.zeros(0, dtype=dtype)  # [N] keys, sorted
         self._ids = np.zeros(0, dtype=np.int64)  # [N] id of each sorted key
         self._by_id: list[np.ndarray] = []  # keys in id order, in chunks
@@ -29,6 +34,12 @@ class VisitedSet:
         """
         if keys.shape[0] == 0:
             return np.zeros(0, dtype=np.int64), keys
+        if self._table is not None:
+            ids, new_keys = self._table.insert(keys)
+            if new_keys.shape[0]:
+                self._by_id.append(new_keys)
+                self.size += new_keys.shape[0]
+            return ids, new_keys
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         pos = np.searchsorted(self._sorted, uniq)
         found = pos < self._sorted.shape[0]
@@ -52,6 +63,8 @@ class VisitedSet:
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """Ids of ``keys`` ``[K]``; -1 for keys not in the set."""
+        if self._table is not None:
+            return self._table.lookup(keys)
         pos = np.searchsorted(self._sorted, keys)
         ok = pos < self._sorted.shape[0]
         ok[ok] = self._sorted[pos[ok]] == keys[ok]
@@ -67,4 +80,5 @@ class VisitedSet:
 
     @property
     def nbytes(self) -> int:
-        return int(self._sorted.nbytes + self._ids.nbytes + sum(k.nbytes for k in self._by_id))
+        table = self._table.nbytes if self._table is not None else 0
+        return int(table + self._sorted.nbytes + self._ids.nbytes + sum(k.nbytes for k in self._by_id))

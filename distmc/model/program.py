@@ -142,7 +142,7 @@ class Model:
     def describe_state(self, state: np.ndarray) -> str:
         """``(x=1, y=true, ...)`` for error messages."""
         parts = []
-        for v, val in zip(self.variables, state.tolist()):
+        for v, val in zip(self.variables, state.tolist(), strict=True):
             parts.append(f"{v.name}={'true' if val else 'false'}" if v.is_bool else f"{v.name}={val}")
         return "(" + ", ".join(parts) + ")"
 

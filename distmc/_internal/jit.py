@@ -1,0 +1,165 @@
+"""numba routines for the hot paths outside the kernel: row merging and an open-addressing hash set of keys.
+
+Why numba here: the numpy versions sort the whole batch (``np.unique``, a stable ``argsort`` of composite keys),
+O(T log T) over every transition; measured on avoid.prism 7x7 they took most of exploration and assembly time
+once the kernel was compiled. A hash table is O(1) per lookup, and rows are short, so sorting each row on its own
+is cheap. Results are identical to the numpy versions (same ids, same order of summation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    import numba as _nb
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised only without numba
+    _nb = None
+    HAVE_NUMBA = False
+
+__all__ = ["HAVE_NUMBA", "KeyTable", "merge_rows"]
+
+_EMPTY = np.int64(-1)
+
+if HAVE_NUMBA:
+    _jit = _nb.njit(cache=True, nogil=True)
+
+    @_jit
+    def _merge_rows_jit(offsets, targets, prob):  # type: ignore[no-untyped-def]
+        n_rows = offsets.shape[0] - 1
+        out_off = np.zeros(n_rows + 1, np.int64)
+        out_t = np.empty(targets.shape[0], np.int64)
+        out_p = np.empty(targets.shape[0], np.float64)
+        w = 0
+        for r in range(n_rows):
+            a, b = offsets[r], offsets[r + 1]
+            if b - a == 1:
+                out_t[w] = targets[a]
+                out_p[w] = prob[a]
+                w += 1
+            elif b > a:
+                order = np.argsort(targets[a:b], kind="mergesort")  # stable: duplicates add up in arrival order
+                last = -1
+                for i in range(b - a):
+                    j = a + order[i]
+                    t = targets[j]
+                    if t == last:
+                        out_p[w - 1] += prob[j]
+                    else:
+                        out_t[w] = t
+                        out_p[w] = prob[j]
+                        last = t
+                        w += 1
+            out_off[r + 1] = w
+        return out_off, out_t[:w].copy(), out_p[:w].copy()
+
+    @_jit
+    def _mix(k):  # type: ignore[no-untyped-def]
+        # splitmix64 finaliser: packed keys are far from uniform in their low bits
+        k = (k ^ (k >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        k = (k ^ (k >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return k ^ (k >> np.uint64(31))
+
+    @_jit
+    def _insert_jit(slots_k, slots_id, size, keys, ids_out, new_keys):  # type: ignore[no-untyped-def]
+        mask = np.uint64(slots_k.shape[0] - 1)
+        n_new = 0
+        for i in range(keys.shape[0]):
+            k = keys[i]
+            h = _mix(k) & mask
+            while True:
+                sid = slots_id[h]
+                if sid == -1:
+                    slots_k[h] = k
+                    slots_id[h] = size + n_new
+                    ids_out[i] = size + n_new
+                    new_keys[n_new] = k
+                    n_new += 1
+                    break
+                if slots_k[h] == k:
+                    ids_out[i] = sid
+                    break
+                h = (h + np.uint64(1)) & mask
+        return n_new
+
+    @_jit
+    def _lookup_jit(slots_k, slots_id, keys, ids_out):  # type: ignore[no-untyped-def]
+        mask = np.uint64(slots_k.shape[0] - 1)
+        for i in range(keys.shape[0]):
+            k = keys[i]
+            h = _mix(k) & mask
+            ids_out[i] = -1
+            while True:
+                sid = slots_id[h]
+                if sid == -1:
+                    break
+                if slots_k[h] == k:
+                    ids_out[i] = sid
+                    break
+                h = (h + np.uint64(1)) & mask
+
+    @_jit
+    def _rehash_jit(old_k, old_id, slots_k, slots_id):  # type: ignore[no-untyped-def]
+        mask = np.uint64(slots_k.shape[0] - 1)
+        for i in range(old_k.shape[0]):
+            if old_id[i] != -1:
+                h = _mix(old_k[i]) & mask
+                while slots_id[h] != -1:
+                    h = (h + np.uint64(1)) & mask
+                slots_k[h] = old_k[i]
+                slots_id[h] = old_id[i]
+
+
+def merge_rows(offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort each CSR row ``offsets`` ``[R + 1]`` by target and add up duplicate targets (in arrival order)."""
+    assert HAVE_NUMBA
+    return _merge_rows_jit(  # type: ignore[no-any-return]
+        np.ascontiguousarray(offsets, dtype=np.int64),
+        np.ascontiguousarray(targets, dtype=np.int64),
+        np.ascontiguousarray(prob, dtype=np.float64),
+    )
+
+
+class KeyTable:
+    """Open-addressing hash table of uint64 keys -> ids ``0..N-1`` in order of first insertion (load <= 1/2)."""
+
+    def __init__(self, capacity: int = 1 << 16) -> None:
+        assert HAVE_NUMBA
+        cap = 1 << max(4, int(capacity - 1).bit_length())
+        self._k = np.zeros(cap, dtype=np.uint64)
+        self._id = np.full(cap, -1, dtype=np.int64)
+        self.size = 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._k.nbytes + self._id.nbytes)
+
+    def _reserve(self, extra: int) -> None:
+        need = 2 * (self.size + extra)
+        if need <= self._k.shape[0]:
+            return
+        cap = self._k.shape[0]
+        while cap < need:
+            cap *= 2
+        k, ids = np.zeros(cap, dtype=np.uint64), np.full(cap, -1, dtype=np.int64)
+        _rehash_jit(self._k, self._id, k, ids)
+        self._k, self._id = k, ids
+
+    def insert(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Ids ``[K]`` of ``keys`` ``[K]`` uint64, adding unseen ones; also the new keys ``[K_new]`` in id order."""
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        self._reserve(keys.shape[0])
+        ids = np.empty(keys.shape[0], dtype=np.int64)
+        new = np.empty(keys.shape[0], dtype=np.uint64)
+        n_new = int(_insert_jit(self._k, self._id, self.size, keys, ids, new))
+        self.size += n_new
+        return ids, new[:n_new].copy()
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """Ids of ``keys`` ``[K]``; -1 for keys not in the table."""
+        out = np.empty(keys.shape[0], dtype=np.int64)
+        _lookup_jit(self._k, self._id, np.ascontiguousarray(keys, dtype=np.uint64), out)
+        return out
+
+
