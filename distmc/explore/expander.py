@@ -109,20 +109,21 @@ class Expander:
 
     # -- weights ---------------------------------------------------------------------------------------------
 
-    def _policy_weights(self, states: np.ndarray, c_state: np.ndarray, c_action: np.ndarray) -> np.ndarray:
-        """Weight of each choice ``[C]`` under the policy and mode (0 = dropped)."""
+    def _weights_matrix(self, states: np.ndarray, enabled_model: np.ndarray) -> np.ndarray:
+        """Weight ``[B, A_model]`` of each model action under the policy and mode (0 = dropped or disabled)."""
         assert self.policy is not None
-        pa = self.model_to_policy[c_action]
-        if (pa < 0).any():
-            i = int(np.flatnonzero(pa < 0)[0])
+        missing = enabled_model[:, self.model_to_policy < 0]
+        if missing.any():
+            i, j = (int(x[0]) for x in np.nonzero(missing))
+            action = self.model.actions[int(np.flatnonzero(self.model_to_policy < 0)[j])]
             raise PolicyError(
-                f"state {self.model.describe_state(states[c_state[i]])} enables action "
-                f"'{self.model.actions[c_action[i]]}', which the policy's action list {self.policy.actions} does not "
-                "contain; list it in the interface file"
+                f"state {self.model.describe_state(states[i])} enables action '{action}', which the policy's action "
+                f"list {self.policy.actions} does not contain; list it in the interface file"
             )
         b, a = states.shape[0], len(self.policy.actions)
+        cols = np.flatnonzero(self.model_to_policy >= 0)
         enabled = np.zeros((b, a), dtype=bool)
-        enabled[c_state, pa] = True
+        enabled[:, self.model_to_policy[cols]] = enabled_model[:, cols]
         has = enabled.any(axis=1)
         rows = np.flatnonzero(has)
         pi = np.zeros((b, a))
@@ -140,7 +141,48 @@ class Expander:
                 keep[np.flatnonzero(none), best[none]] = True
             pi = np.where(keep, pi, 0.0)
             pi[rows] /= pi[rows].sum(axis=1, keepdims=True)
-        return pi[c_state, pa]
+        out = np.zeros(enabled_model.shape)
+        out[:, cols] = pi[:, self.model_to_policy[cols]]
+        return out
+
+    def _policy_weights(self, states: np.ndarray, c_state: np.ndarray, c_action: np.ndarray) -> np.ndarray:
+        """Weight of each choice ``[C]`` under the policy and mode (0 = dropped)."""
+        enabled_model = np.zeros((states.shape[0], len(self.model.actions)), dtype=bool)
+        enabled_model[c_state, c_action] = True
+        return self._weights_matrix(states, enabled_model)[c_state, c_action]
+
+    def _expand_fused(self, keys: np.ndarray, states: np.ndarray, term: np.ndarray) -> Rows | None:
+        """The compiled path: one merged row per state straight from the kernel (None: use the general path).
+
+        It applies when the kernel is compiled, keys are one word, no rewards are needed and the induced model is
+        a DTMC whose rows fuse distinct actions (a state whose choices repeat an action label goes the general
+        way, which keeps or splits that nondeterminism). The rows are those of the general path with duplicate
+        targets already added up, in the same order, so the assembled model is identical.
+        """
+        compiled = self.kernel._compiled
+        if compiled is None or self.codec.words != 1 or self.rewards:
+            return None
+        if self.policy is None and self.model.model_type != "dtmc":
+            return None  # monolithic: one row per choice
+        c = compiled.count(states, keys, term, light=True)
+        assert c is not None  # a light count checks nothing
+        weights = None
+        policy_states = 0
+        if self.policy is not None:
+            if (c.per_action > 1).any():
+                return None
+            enabled = c.per_action > 0
+            weights = self._weights_matrix(states, enabled)
+            policy_states = int(enabled.any(axis=1).sum())
+        fused = compiled.fused_rows(c, weights)
+        if fused is None:
+            return None  # a model check failed: the general path names the state
+        offsets, target_keys, prob = fused
+        b = states.shape[0]
+        return Rows(
+            np.arange(b, dtype=np.int64), np.full(b, NO_ACTION, dtype=np.int64), offsets, target_keys, prob, {},
+            term, ~term & (c.choices == 0), policy_states,
+        )
 
     # -- expansion ---------------------------------------------------------------------------------------------
 
@@ -149,6 +191,9 @@ class Expander:
         states = self.codec.unpack(keys)
         b = states.shape[0]
         term = self.terminal(states) if callable(self.terminal) else np.zeros(b, dtype=bool)
+        fused = self._expand_fused(keys, states, term)
+        if fused is not None:
+            return fused
         active = np.flatnonzero(~term)
         exp = self.kernel.expand(states[active], keys[active])
         c_state = active[exp.choice_state]

@@ -26,6 +26,7 @@ synchronising modules write disjoint variables and every successor is checked to
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -154,27 +155,39 @@ if HAVE_NUMBA:
 
     @_jit
     def _enumerate(
-        b, key, fill, c_at, t_at, g, p, kd, dsum,  # state b, key [W], fill?, cursors, guards [K], probs [U], deltas [U, W]
+        b, key, mode, c_at, t_at, g, p, kd, dsum,  # state b, key [W], mode, cursors, guards [K], probs [U], deltas [U, W]
         unl, cmd_first, cmd_nupd, cmd_action, grp_action, grp_mod_start, mod_cmd_start, mod_cmds,
         en, nen, idx, ui,  # scratch
         out_cs, out_ca, out_bo, out_keys, out_prob,
+        act_count, wts, n_choices, uniform,
     ):  # type: ignore[no-untyped-def]
+        # mode 0: count choices and branches (and choices per action into act_count[b]); mode 1: write the choices
+        # and branches; mode 2 (fused): write each branch with its probability times the weight of its choice
+        # (wts[b, action], or 1/n_choices when uniform), skipping choices of weight zero.
         nc = 0
         nt = 0
+        wc = 1.0
         for i in range(unl.shape[0]):
             c = unl[i]
             if g[c]:
-                if fill:
+                a = cmd_action[c]
+                if mode == 0:
+                    act_count[b, a] += 1
+                elif mode == 1:
                     out_cs[c_at + nc] = b
-                    out_ca[c_at + nc] = cmd_action[c]
+                    out_ca[c_at + nc] = a
                     out_bo[c_at + nc] = t_at + nt
+                else:
+                    wc = 1.0 / n_choices if uniform else wts[b, a]
                 nc += 1
+                if mode == 2 and not wc > 0.0:
+                    continue
                 for u in range(cmd_first[c], cmd_first[c] + cmd_nupd[c]):
                     if p[u] > 0:
-                        if fill:
+                        if mode != 0:
                             for w in range(key.shape[0]):
                                 out_keys[t_at + nt, w] = key[w] + kd[u, w]
-                            out_prob[t_at + nt] = p[u]
+                            out_prob[t_at + nt] = p[u] if mode == 1 else p[u] * wc
                         nt += 1
         for gi in range(grp_action.shape[0]):
             m0 = grp_mod_start[gi]
@@ -193,17 +206,22 @@ if HAVE_NUMBA:
                     break
             if not ok:
                 continue
+            a = grp_action[gi]
+            if mode == 2:
+                wc = 1.0 / n_choices if uniform else wts[b, a]
             for j in range(k):
                 idx[j] = 0
             while True:
-                if fill:
+                if mode == 0:
+                    act_count[b, a] += 1
+                elif mode == 1:
                     out_cs[c_at + nc] = b
-                    out_ca[c_at + nc] = grp_action[gi]
+                    out_ca[c_at + nc] = a
                     out_bo[c_at + nc] = t_at + nt
                 nc += 1
                 for j in range(k):
                     ui[j] = 0
-                while True:
+                while mode != 2 or wc > 0.0:
                     pr = 1.0
                     dsum[:] = 0
                     for j in range(k):
@@ -212,10 +230,10 @@ if HAVE_NUMBA:
                         for w in range(key.shape[0]):
                             dsum[w] += kd[u, w]
                     if pr > 0:
-                        if fill:
+                        if mode != 0:
                             for w in range(key.shape[0]):
                                 out_keys[t_at + nt, w] = key[w] + dsum[w]
-                            out_prob[t_at + nt] = pr
+                            out_prob[t_at + nt] = pr if mode == 1 else pr * wc
                         nt += 1
                     j = k - 1
                     while j >= 0:
@@ -237,9 +255,55 @@ if HAVE_NUMBA:
                     break
         return nc, nt
 
+    @_jit
+    def _merge_segment(keys, prob, start, n, tk, tpos, used):  # type: ignore[no-untyped-def]
+        """Add up duplicate keys among one state's branches ``start:start+n`` (one-word keys), in place.
+
+        Distinct keys keep the order of their first occurrence and duplicates are added in arrival order, so the
+        visited set numbers new states exactly as it would from the unmerged branches. ``tk``/``tpos`` is an empty
+        open-addressing table of at least ``2n`` slots (``tpos`` -1), left empty again; ``used`` has ``n`` slots.
+        """
+        if n <= 1:
+            return n
+        mask = np.uint64(tk.shape[0] - 1)
+        m = 0
+        for i in range(n):
+            k = keys[start + i, 0]
+            pr = prob[start + i]
+            h = (np.uint64(k) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32) & mask
+            while True:
+                pos = tpos[h]
+                if pos == -1:
+                    tpos[h] = m
+                    tk[h] = k
+                    used[m] = h
+                    keys[start + m, 0] = k
+                    prob[start + m] = pr
+                    m += 1
+                    break
+                if tk[h] == k:
+                    prob[start + pos] += pr
+                    break
+                h = (h + np.uint64(1)) & mask
+        for i in range(m):
+            tpos[used[i]] = -1
+        return m
+
+    @_jit
+    def _merge_table(t_off, lo, hi, needed):  # type: ignore[no-untyped-def]
+        """An empty table for :func:`_merge_segment`, large enough for the longest row among states ``lo:hi``."""
+        longest = 1
+        if needed:
+            for b in range(lo, hi):
+                longest = max(longest, t_off[b + 1] - t_off[b])
+        slots = 1
+        while slots < 2 * longest:
+            slots *= 2
+        return np.zeros(slots, np.int64), np.full(slots, -1, np.int64), np.zeros(longest, np.uint64)
 
     @_nb.njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-    def _run(S, K, fill, c_off, t_off, counts_c, counts_t, flags, out_cs, out_ca, out_bo, out_keys, out_prob,
+    def _run(S, K, mode, skip, c_off, t_off, counts_c, counts_t, flags, out_cs, out_ca, out_bo, out_keys, out_prob,
+             act_count, wts, uniform,
              code, n_regs, const_reg, const_val, guard_end, cmd_greg, cmd_ucode, upd_preg, upd_asg, asg_col, asg_reg,
              lo, hi, word, shift, check_sum, tol, kmax, cmax,
              unl, cmd_first, cmd_nupd, cmd_action, grp_action, grp_mod_start, mod_cmd_start, mod_cmds):  # type: ignore[no-untyped-def]
@@ -260,7 +324,16 @@ if HAVE_NUMBA:
             nen = np.zeros(kmax, np.int64)
             idx = np.zeros(kmax, np.int64)
             ui = np.zeros(kmax, np.int64)
+            tk, tpos, used = _merge_table(t_off, ch * CHUNK, min(B, (ch + 1) * CHUNK), mode == 2)
             for b in range(ch * CHUNK, min(B, (ch + 1) * CHUNK)):
+                if mode == 2 and (skip[b] or counts_c[b] == 0):  # terminal or deadlock: a self-loop
+                    for w in range(K.shape[1]):
+                        out_keys[t_off[b], w] = K[b, w]
+                    out_prob[t_off[b]] = 1.0
+                    counts_t[b] = 1
+                    continue
+                if skip[b]:
+                    continue
                 for v in range(V):
                     r[v] = S[b, v]
                 _exec(code, 0, guard_end, r)
@@ -269,6 +342,10 @@ if HAVE_NUMBA:
                     on = r[cmd_greg[k]] != 0.0
                     g[k] = on
                     if not on:
+                        continue
+                    if mode == 3:  # light count: every branch counts, no update is evaluated
+                        for u in range(cmd_first[k], cmd_first[k] + cmd_nupd[k]):
+                            p[u] = 1.0
                         continue
                     _exec(code, cmd_ucode[k, 0], cmd_ucode[k, 1], r)
                     tot = 0.0
@@ -290,14 +367,28 @@ if HAVE_NUMBA:
                 flags[b] = flag
                 if flag != 0:
                     continue
-                nc, nt = _enumerate(b, K[b], fill, c_off[b], t_off[b], g, p, kd, dsum, unl, cmd_first, cmd_nupd,
+                nc, nt = _enumerate(b, K[b], mode if mode != 3 else 0, c_off[b], t_off[b], g, p, kd, dsum, unl, cmd_first, cmd_nupd,
                                     cmd_action, grp_action, grp_mod_start, mod_cmd_start, mod_cmds, en, nen, idx, ui,
-                                    out_cs, out_ca, out_bo, out_keys, out_prob)
-                counts_c[b] = nc
-                counts_t[b] = nt
+                                    out_cs, out_ca, out_bo, out_keys, out_prob, act_count, wts, counts_c[b], uniform)
+                if mode == 2:
+                    counts_t[b] = _merge_segment(out_keys, out_prob, t_off[b], nt, tk, tpos, used)
+                else:
+                    counts_c[b] = nc
+                    counts_t[b] = nt
 
-
-
+    @_jit
+    def _compact(keys, prob, t_off, counts):  # type: ignore[no-untyped-def]
+        """Pack the rows ``t_off[b] : t_off[b] + counts[b]`` of ``keys``/``prob`` together."""
+        n = counts.shape[0]
+        off = np.zeros(n + 1, np.int64)
+        for b in range(n):
+            off[b + 1] = off[b] + counts[b]
+        ok = np.empty(off[n], keys.dtype)
+        op = np.empty(off[n], np.float64)
+        for b in range(n):
+            ok[off[b] : off[b + 1]] = keys[t_off[b] : t_off[b] + counts[b], 0]
+            op[off[b] : off[b + 1]] = prob[t_off[b] : t_off[b] + counts[b]]
+        return off, ok, op
 
 
 class CompiledKernel:
@@ -373,35 +464,101 @@ class CompiledKernel:
         """Instructions of the model's register-machine program."""
         return int(self.code.shape[0])
 
-    def expand(self, states: np.ndarray, keys: np.ndarray) -> Expansion | None:
-        """Expansion of ``states`` ``[B, V]`` int64 with packed ``keys`` ``[B]`` uint64; None if a check failed."""
-        from distmc.model.kernel import Expansion
+    def count(
+        self, states: np.ndarray, keys: np.ndarray, skip: np.ndarray | None = None, *, light: bool = False
+    ) -> Counts | None:
+        """First pass over ``states`` ``[B, V]`` (packed ``keys`` ``[B]``): choices and branches per state, and choices
+        per model action ``[B, A]``; states in ``skip`` ``[B]`` bool are left out. None if a model check failed.
 
+        ``light``: evaluate guards only; ``branches`` is then an upper bound (branches of probability zero count),
+        and the model checks are left to the pass that evaluates the updates (:meth:`fused_rows`).
+        """
         b = states.shape[0]
         states = np.ascontiguousarray(states, dtype=np.int64)
-        codec = self.kernel.codec
-        k64 = codec.to_words(keys).view(np.int64)  # [B, W]
-        counts_c = np.zeros(b, dtype=np.int64)
-        counts_t = np.zeros(b, dtype=np.int64)
+        words = self.kernel.codec.to_words(keys).view(np.int64)  # [B, W]
+        skip = np.zeros(b, dtype=np.bool_) if skip is None else np.ascontiguousarray(skip, dtype=np.bool_)
+        c = Counts(states, words, skip, np.zeros(b, dtype=np.int64), np.zeros(b, dtype=np.int64),
+                   np.zeros((b, len(self.kernel.model.actions)), dtype=np.int64))
         flags = np.zeros(b, dtype=np.int64)
-        z64 = np.zeros(1, dtype=np.int64)
-        zk = np.zeros((1, codec.words), dtype=np.int64)
-        zf = np.zeros(1, dtype=np.float64)
-        self._run(states, k64, False, counts_c, counts_t, counts_c, counts_t, flags, z64, z64, z64, zk, zf,
-                  *self._args)
-        if flags.any():
+        z64, zf = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.float64)
+        self._run(states, words, 3 if light else 0, skip, c.choices, c.branches, c.choices, c.branches, flags, z64, z64, z64,
+                  words[:1], zf, c.per_action, np.zeros((1, 1)), False, *self._args)
+        return None if flags.any() else c
+
+    def expand(self, states: np.ndarray, keys: np.ndarray) -> Expansion | None:
+        """Expansion of ``states`` ``[B, V]`` int64 with packed ``keys`` ``[B]``; None if a check failed."""
+        from distmc.model.kernel import Expansion
+
+        c = self.count(states, keys)
+        if c is None:
             return None
-        c_off = np.zeros(b + 1, dtype=np.int64)
-        np.cumsum(counts_c, out=c_off[1:])
-        t_off = np.zeros(b + 1, dtype=np.int64)
-        np.cumsum(counts_t, out=t_off[1:])
+        codec = self.kernel.codec
+        c_off, t_off = _offsets(c.choices), _offsets(c.branches)
         n_c, n_t = int(c_off[-1]), int(t_off[-1])
         out_cs = np.empty(n_c, dtype=np.int64)
         out_ca = np.empty(n_c, dtype=np.int64)
         out_bo = np.empty(n_c + 1, dtype=np.int64)
         out_keys = np.empty((n_t, codec.words), dtype=np.int64)
         out_prob = np.empty(n_t, dtype=np.float64)
-        self._run(states, k64, True, c_off, t_off, counts_c, counts_t, flags, out_cs, out_ca, out_bo, out_keys,
-                  out_prob, *self._args)
+        flags = np.zeros(states.shape[0], dtype=np.int64)
+        self._run(c.states, c.words, 1, c.skip, c_off, t_off, c.choices.copy(), c.branches.copy(), flags, out_cs,
+                  out_ca, out_bo, out_keys, out_prob, c.per_action, np.zeros((1, 1)), False, *self._args)
         out_bo[n_c] = n_t
         return Expansion(out_cs, out_ca, out_bo, codec.from_words(out_keys.view(np.uint64)), out_prob, codec=codec)
+
+    def fused_rows(self, c: Counts, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """One merged row per state of a counted batch: ``sum_c w(c) P(s, c, .)``.
+
+        Args:
+            c: the batch's :meth:`count` (one-word keys only).
+            weights: ``[B, A]`` weight of each model action (a state's choices must have distinct actions), or
+                None for ``1 / (number of choices)`` per choice (a dtmc's uniform fusion).
+
+        Returns:
+            ``offsets [B + 1]``, ``keys [T]`` uint64 without duplicates within a row (distinct keys in order of first
+            occurrence, duplicates added in arrival order), ``prob [T]``. Skipped (terminal) states and deadlocks get a self-loop. None if a model
+            check failed.
+        """
+        assert self.kernel.codec.words == 1
+        b = c.states.shape[0]
+        cap = np.where(c.skip | (c.choices == 0), 1, c.branches)
+        t_off = _offsets(cap)
+        out_keys = np.empty((int(t_off[-1]), 1), dtype=np.int64)
+        out_prob = np.empty(int(t_off[-1]), dtype=np.float64)
+        merged = np.zeros(b, dtype=np.int64)
+        flags = np.zeros(b, dtype=np.int64)
+        z64 = np.zeros(1, dtype=np.int64)
+        w = np.zeros((1, 1)) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+        self._run(c.states, c.words, 2, c.skip, t_off, t_off, c.choices, merged, flags, z64, z64, z64, out_keys,
+                  out_prob, c.per_action, w, weights is None, *self._args)
+        if flags.any():
+            return None
+        offsets, keys, prob = _compact(out_keys, out_prob, t_off, merged)
+        return offsets, keys.view(np.uint64), prob
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+@dataclass
+class Counts:
+    """The first pass over a batch of ``B`` states (:meth:`CompiledKernel.count`).
+
+    Attributes:
+        states: ``[B, V]`` int64.
+        words: ``[B, W]`` int64, the packed keys as words.
+        skip: ``[B]`` bool, states left out (terminal).
+        choices: ``[B]`` int64 enabled choices per state (0 for a deadlock or a skipped state).
+        branches: ``[B]`` int64 branches of positive probability per state.
+        per_action: ``[B, A]`` int64 choices per model action.
+    """
+
+    states: np.ndarray
+    words: np.ndarray
+    skip: np.ndarray
+    choices: np.ndarray
+    branches: np.ndarray
+    per_action: np.ndarray
