@@ -27,32 +27,33 @@ if HAVE_NUMBA:
 
     @_jit
     def _merge_rows_jit(offsets, targets, prob):  # type: ignore[no-untyped-def]
+        # In place: row r is sorted and merged into targets/prob[w:], and w never passes the row's own start, so
+        # no second array of T entries is needed (the reducer's peak memory is one copy of the transitions).
         n_rows = offsets.shape[0] - 1
         out_off = np.zeros(n_rows + 1, np.int64)
-        out_t = np.empty(targets.shape[0], np.int64)
-        out_p = np.empty(targets.shape[0], np.float64)
         w = 0
         for r in range(n_rows):
             a, b = offsets[r], offsets[r + 1]
             if b - a == 1:
-                out_t[w] = targets[a]
-                out_p[w] = prob[a]
+                targets[w] = targets[a]
+                prob[w] = prob[a]
                 w += 1
             elif b > a:
-                order = np.argsort(targets[a:b], kind="mergesort")  # stable: duplicates add up in arrival order
+                seg_t = targets[a:b].copy()
+                seg_p = prob[a:b].copy()
+                order = np.argsort(seg_t, kind="mergesort")  # stable: duplicates add up in arrival order
                 last = -1
                 for i in range(b - a):
-                    j = a + order[i]
-                    t = targets[j]
+                    t = seg_t[order[i]]
                     if t == last:
-                        out_p[w - 1] += prob[j]
+                        prob[w - 1] += seg_p[order[i]]
                     else:
-                        out_t[w] = t
-                        out_p[w] = prob[j]
+                        targets[w] = t
+                        prob[w] = seg_p[order[i]]
                         last = t
                         w += 1
             out_off[r + 1] = w
-        return out_off, out_t[:w].copy(), out_p[:w].copy()
+        return out_off, w
 
     @_jit
     def _mix(k):  # type: ignore[no-untyped-def]
@@ -112,13 +113,16 @@ if HAVE_NUMBA:
 
 
 def merge_rows(offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sort each CSR row ``offsets`` ``[R + 1]`` by target and add up duplicate targets (in arrival order)."""
+    """Sort each CSR row ``offsets`` ``[R + 1]`` by target and add up duplicate targets (in arrival order).
+
+    Works in place: ``targets`` and ``prob`` (int64, float64, contiguous) are overwritten, and the returned arrays
+    are views of their first entries.
+    """
     assert HAVE_NUMBA
-    return _merge_rows_jit(  # type: ignore[no-any-return]
-        np.ascontiguousarray(offsets, dtype=np.int64),
-        np.ascontiguousarray(targets, dtype=np.int64),
-        np.ascontiguousarray(prob, dtype=np.float64),
-    )
+    if targets.dtype != np.int64 or prob.dtype != np.float64 or not (targets.flags.c_contiguous and prob.flags.c_contiguous):
+        targets, prob = np.ascontiguousarray(targets, dtype=np.int64), np.ascontiguousarray(prob, dtype=np.float64)
+    out_off, w = _merge_rows_jit(np.ascontiguousarray(offsets, dtype=np.int64), targets, prob)
+    return out_off, targets[:w], prob[:w]
 
 
 class KeyTable:

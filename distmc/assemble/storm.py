@@ -7,7 +7,6 @@ Two ways in: a UMB archive written straight from the numpy arrays (a tar of litt
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import tarfile
@@ -38,9 +37,36 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in name) or "_"
 
 
+class _Reader:
+    """A read-only file over an array's bytes, so that ``tarfile`` streams it without a copy of the array."""
+
+    def __init__(self, data: np.ndarray | bytes) -> None:
+        self._view = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+        self._at = 0
+
+    @property
+    def size(self) -> int:
+        return self._view.nbytes
+
+    def read(self, n: int = -1) -> bytes:
+        end = self._view.nbytes if n is None or n < 0 else min(self._view.nbytes, self._at + n)
+        out = self._view[self._at : end].tobytes()
+        self._at = end
+        return out
+
+
+def _le(a: np.ndarray, dtype: str) -> np.ndarray:
+    """``a`` as little-endian ``dtype`` (``"<u8"``, ``"<f8"``): a view when the bits already match, else a copy."""
+    want = np.dtype(dtype)
+    if a.dtype == want or (a.dtype.kind == "i" and want.kind == "u" and a.dtype.itemsize == want.itemsize
+                           and a.dtype.byteorder in ("=", "<") and (a.shape[0] == 0 or a.min() >= 0)):
+        return a.view(want)
+    return a.astype(want)
+
+
 def write_umb(m: InducedModel, path: str | Path) -> None:
-    """Write ``m`` as a UMB archive Storm can read."""
-    files: dict[str, bytes] = {}
+    """Write ``m`` as a UMB archive Storm can read (the large arrays are streamed, not copied)."""
+    files: dict[str, np.ndarray | bytes] = {}
     mdp = m.kind == "mdp"
     ts = {
         "#branch-actions": 0,
@@ -58,10 +84,10 @@ def write_umb(m: InducedModel, path: str | Path) -> None:
     init[m.initial] = True
     files["state-is-initial.bin"] = _bits(init)
     if mdp:
-        files["state-to-choices.bin"] = m.row_groups.astype("<u8").tobytes()
-    files["choice-to-branches.bin"] = m.row_offsets.astype("<u8").tobytes()
-    files["branch-to-target.bin"] = m.targets.astype("<u8").tobytes()
-    files["branch-to-probability.bin"] = m.prob.astype("<f8").tobytes()
+        files["state-to-choices.bin"] = _le(m.row_groups, "<u8")
+    files["choice-to-branches.bin"] = _le(m.row_offsets, "<u8")
+    files["branch-to-target.bin"] = _le(m.targets, "<u8")
+    files["branch-to-probability.bin"] = _le(m.prob, "<f8")
     aps: dict[str, Any] = {}
     used: set[str] = set()
     for name, mask in m.labels.items():
@@ -93,9 +119,10 @@ def write_umb(m: InducedModel, path: str | Path) -> None:
     }
     with tarfile.open(path, "w") as tar:
         for name, data in [("index.json", json.dumps(index).encode()), *files.items()]:
+            reader = _Reader(data)
             info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+            info.size = reader.size
+            tar.addfile(info, reader)  # type: ignore[arg-type]
 
 
 def to_storm_umb(m: InducedModel) -> Any:

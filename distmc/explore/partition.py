@@ -17,6 +17,8 @@ from distmc.explore.visited import VisitedSet
 
 __all__ = ["Explored", "Partition"]
 
+_EMPTY = np.zeros(0, dtype=np.int64)
+
 
 @dataclass
 class Explored:
@@ -106,22 +108,34 @@ class Partition:
         self.transitions += int(target_ids.shape[0])
 
     def result(self, initial: np.ndarray) -> Explored:
-        def cat(i: int, dtype: type) -> np.ndarray:
-            return np.concatenate([r[i] for r in self._rows]) if self._rows else np.zeros(0, dtype=dtype)
+        """Hand the buffered rows over (the buffers are emptied: each chunk is freed as soon as it is copied)."""
 
-        counts = cat(2, np.int64)
+        def cat(i: int, dtype: type) -> np.ndarray:
+            total = sum(r[i].shape[0] for r in self._rows)
+            out = np.empty(total, dtype=dtype)
+            at = 0
+            for j, r in enumerate(self._rows):
+                out[at : at + r[i].shape[0]] = r[i]
+                at += r[i].shape[0]
+                self._rows[j] = (*r[:i], _EMPTY, *r[i + 1 :])  # free the chunk (no view of it may stay)
+            return out
+
+        names = list(self._rewards[0]) if self._rewards else []
+        row_state, row_action, counts = cat(0, np.int64), cat(1, np.int64), cat(2, np.int64)
         offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        names = list(self._rewards[0]) if self._rewards else []
+        del counts
+        targets, prob = cat(3, np.int64), cat(4, np.float64)
+        self._rows = []
         return Explored(
             keys=self.visited.keys_by_id(),
             loop=np.concatenate(self._loop) if self._loop else np.zeros(0, dtype=bool),
             deadlock=np.concatenate(self._deadlock) if self._deadlock else np.zeros(0, dtype=bool),
-            row_state=cat(0, np.int64),
-            row_action=cat(1, np.int64),
+            row_state=row_state,
+            row_action=row_action,
             branch_offsets=offsets,
-            targets=cat(3, np.int64),
-            prob=cat(4, np.float64),
+            targets=targets,
+            prob=prob,
             rewards={n: np.concatenate([r[n] for r in self._rewards]) for n in names},
             initial=initial,
         )
