@@ -30,8 +30,9 @@ class InducedModel:
         kind: ``"dtmc"`` or ``"mdp"``.
         row_groups: ``[N + 1]`` int64, rows of state ``s`` are ``row_groups[s]:row_groups[s+1]``.
         row_offsets: ``[R + 1]`` int64, branches of row ``r``.
-        targets: ``[T]`` int64 (sorted within each row, no duplicates).
-        prob: ``[T]`` float64.
+        target_chunks: the ``[T]`` int64 targets (sorted within each row, no duplicates), in chunks of whole rows
+            (``targets`` concatenates them, at the cost of a copy).
+        prob_chunks: the ``[T]`` float64 probabilities, chunked like ``target_chunks``.
         row_action: ``[R]`` int64 model action id or -1.
         initial: ``[I]`` int64.
         labels: name -> ``[N]`` bool.
@@ -42,8 +43,8 @@ class InducedModel:
     kind: str
     row_groups: np.ndarray
     row_offsets: np.ndarray
-    targets: np.ndarray
-    prob: np.ndarray
+    target_chunks: list[np.ndarray]
+    prob_chunks: list[np.ndarray]
     row_action: np.ndarray
     initial: np.ndarray
     labels: dict[str, np.ndarray]
@@ -61,7 +62,17 @@ class InducedModel:
 
     @property
     def n_transitions(self) -> int:
-        return int(self.targets.shape[0])
+        return int(self.row_offsets[-1])
+
+    @property
+    def targets(self) -> np.ndarray:
+        """``[T]`` int64 targets in one array (a copy)."""
+        return np.concatenate(self.target_chunks) if self.target_chunks else np.zeros(0, dtype=np.int64)
+
+    @property
+    def prob(self) -> np.ndarray:
+        """``[T]`` float64 probabilities in one array (a copy)."""
+        return np.concatenate(self.prob_chunks) if self.prob_chunks else np.zeros(0)
 
 
 def _merge_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
@@ -84,6 +95,23 @@ def _merge_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray, 
     return offsets, merged_targets, merged_prob
 
 
+def _merge_chunks(parts: Explored, n: int) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """:func:`_merge_rows` chunk by chunk (rows never cross a chunk); returns global offsets and merged chunks."""
+    counts = np.empty(parts.branch_offsets.shape[0] - 1, dtype=np.int64)
+    t_chunks, p_chunks = [], []
+    r0 = 0
+    for rows, t, p in zip(parts.chunk_rows.tolist(), parts.target_chunks, parts.prob_chunks, strict=True):
+        local = parts.branch_offsets[r0 : r0 + rows + 1] - parts.branch_offsets[r0]
+        off, mt, mp = _merge_rows(local, t, p, n)
+        counts[r0 : r0 + rows] = np.diff(off)
+        t_chunks.append(mt)
+        p_chunks.append(mp)
+        r0 += rows
+    offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets, t_chunks, p_chunks
+
+
 def assemble(
     parts: Explored,
     model: Model,
@@ -101,7 +129,7 @@ def assemble(
     per_state = np.bincount(row_state, minlength=n)
     row_groups = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(per_state, out=row_groups[1:])
-    offsets, targets, prob = _merge_rows(parts.branch_offsets, parts.targets, parts.prob, n)
+    offsets, target_chunks, prob_chunks = _merge_chunks(parts, n)
     kind = "mdp" if force_mdp or (per_state > 1).any() else "dtmc"
 
     labels: dict[str, np.ndarray] = {name: np.zeros(n, dtype=bool) for name in model.labels}
@@ -132,8 +160,8 @@ def assemble(
         kind=kind,
         row_groups=row_groups,
         row_offsets=offsets,
-        targets=targets,
-        prob=prob,
+        target_chunks=target_chunks,
+        prob_chunks=prob_chunks,
         row_action=parts.row_action,
         initial=parts.initial,
         labels=labels,

@@ -40,19 +40,28 @@ def _safe(name: str) -> str:
 class _Reader:
     """A read-only file over an array's bytes, so that ``tarfile`` streams it without a copy of the array."""
 
-    def __init__(self, data: np.ndarray | bytes) -> None:
-        self._view = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+    def __init__(self, data: np.ndarray | bytes | list[np.ndarray]) -> None:
+        parts = data if isinstance(data, list) else [data]
+        self._views = [
+            memoryview(np.ascontiguousarray(d)).cast("B") if isinstance(d, np.ndarray) else memoryview(d) for d in parts
+        ]
+        self.size = sum(v.nbytes for v in self._views)
+        self._i = 0
         self._at = 0
 
-    @property
-    def size(self) -> int:
-        return self._view.nbytes
-
     def read(self, n: int = -1) -> bytes:
-        end = self._view.nbytes if n is None or n < 0 else min(self._view.nbytes, self._at + n)
-        out = self._view[self._at : end].tobytes()
-        self._at = end
-        return out
+        if n is None or n < 0:
+            n = self.size
+        out = []
+        while n > 0 and self._i < len(self._views):
+            v = self._views[self._i]
+            take = min(n, v.nbytes - self._at)
+            out.append(v[self._at : self._at + take].tobytes())
+            self._at += take
+            n -= take
+            if self._at == v.nbytes:
+                self._i, self._at = self._i + 1, 0
+        return b"".join(out)
 
 
 def _le(a: np.ndarray, dtype: str) -> np.ndarray:
@@ -66,7 +75,7 @@ def _le(a: np.ndarray, dtype: str) -> np.ndarray:
 
 def write_umb(m: InducedModel, path: str | Path) -> None:
     """Write ``m`` as a UMB archive Storm can read (the large arrays are streamed, not copied)."""
-    files: dict[str, np.ndarray | bytes] = {}
+    files: dict[str, np.ndarray | bytes | list[np.ndarray]] = {}
     mdp = m.kind == "mdp"
     ts = {
         "#branch-actions": 0,
@@ -86,8 +95,8 @@ def write_umb(m: InducedModel, path: str | Path) -> None:
     if mdp:
         files["state-to-choices.bin"] = _le(m.row_groups, "<u8")
     files["choice-to-branches.bin"] = _le(m.row_offsets, "<u8")
-    files["branch-to-target.bin"] = _le(m.targets, "<u8")
-    files["branch-to-probability.bin"] = _le(m.prob, "<f8")
+    files["branch-to-target.bin"] = [_le(t, "<u8") for t in m.target_chunks]
+    files["branch-to-probability.bin"] = [_le(p, "<f8") for p in m.prob_chunks]
     aps: dict[str, Any] = {}
     used: set[str] = set()
     for name, mask in m.labels.items():

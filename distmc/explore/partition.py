@@ -31,8 +31,10 @@ class Explored:
         row_state: ``[R]`` int64 source id of each row, non-decreasing.
         row_action: ``[R]`` int64.
         branch_offsets: ``[R + 1]`` int64.
-        targets: ``[T]`` int64 target ids.
-        prob: ``[T]`` float64.
+        target_chunks: the ``[T]`` int64 target ids, in chunks as the batches produced them (no row crosses a
+            chunk; concatenating them would cost a copy of every transition).
+        prob_chunks: the ``[T]`` float64 probabilities, chunked like ``target_chunks``.
+        chunk_rows: ``[n_chunks]`` int64, rows per chunk.
         rewards: name -> ``[R]`` float64 action rewards.
         initial: ``[I]`` int64 ids of the initial states.
     """
@@ -43,8 +45,9 @@ class Explored:
     row_state: np.ndarray
     row_action: np.ndarray
     branch_offsets: np.ndarray
-    targets: np.ndarray
-    prob: np.ndarray
+    target_chunks: list[np.ndarray]
+    prob_chunks: list[np.ndarray]
+    chunk_rows: np.ndarray
     rewards: dict[str, np.ndarray]
     initial: np.ndarray
     stats: dict[str, float] = field(default_factory=dict)
@@ -121,11 +124,13 @@ class Partition:
             return out
 
         names = list(self._rewards[0]) if self._rewards else []
+        chunk_rows = np.array([r[1].shape[0] for r in self._rows], dtype=np.int64)
         row_state, row_action, counts = cat(0, np.int64), cat(1, np.int64), cat(2, np.int64)
         offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         del counts
-        targets, prob = cat(3, np.int64), cat(4, np.float64)
+        target_chunks = [r[3] for r in self._rows]
+        prob_chunks = [r[4] for r in self._rows]
         self._rows = []
         return Explored(
             keys=self.visited.keys_by_id(),
@@ -134,8 +139,9 @@ class Partition:
             row_state=row_state,
             row_action=row_action,
             branch_offsets=offsets,
-            targets=targets,
-            prob=prob,
+            target_chunks=target_chunks,
+            prob_chunks=prob_chunks,
+            chunk_rows=chunk_rows,
             rewards={n: np.concatenate([r[n] for r in self._rewards]) for n in names},
             initial=initial,
         )

@@ -467,8 +467,10 @@ class CompiledKernel:
     def count(
         self, states: np.ndarray, keys: np.ndarray, skip: np.ndarray | None = None, *, light: bool = False
     ) -> Counts | None:
-        """First pass over ``states`` ``[B, V]`` (packed ``keys`` ``[B]``): choices and branches per state, and choices
-        per model action ``[B, A]``; states in ``skip`` ``[B]`` bool are left out. None if a model check failed.
+        """First pass over ``states`` ``[B, V]`` (packed ``keys`` ``[B]``): what each state enables.
+
+        Counts choices and branches per state, and choices per model action ``[B, A]``; states in ``skip`` ``[B]``
+        bool are left out. None if a model check failed.
 
         ``light``: evaluate guards only; ``branches`` is then an upper bound (branches of probability zero count),
         and the model checks are left to the pass that evaluates the updates (:meth:`fused_rows`).
