@@ -76,7 +76,7 @@ def storm_policy_reference(path: str | Path, constants: str | None, prop: str, p
                 q[int(np.argmax(np.where(en, p, -1)))] = 1.0
                 p = q
             p = p / p.sum()
-            for c, lab in zip(range(start, end), labs):
+            for c, lab in zip(range(start, end), labs, strict=True):
                 w = p[actions.index(lab)]
                 if w > 0:
                     for e in m.get_row(c):

@@ -23,5 +23,5 @@ def test_codec_roundtrip_multiword() -> None:
     codec = StateCodec(lo, hi)
     assert codec.words == 2
     rng = np.random.default_rng(0)
-    s = np.stack([rng.integers(l, h + 1, 1000) for l, h in zip(lo, hi)], axis=1)
+    s = np.stack([rng.integers(a, h + 1, 1000) for a, h in zip(lo, hi, strict=True)], axis=1)
     assert (codec.unpack(codec.pack(s)) == s).all()

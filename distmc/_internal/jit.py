@@ -15,7 +15,7 @@ try:
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only without numba
-    _nb = None
+    _nb = None  # type: ignore[assignment]
     HAVE_NUMBA = False
 
 __all__ = ["HAVE_NUMBA", "KeyTable", "merge_rows"]
@@ -26,7 +26,7 @@ if HAVE_NUMBA:
     _jit = _nb.njit(cache=True, nogil=True)
 
     @_jit
-    def _merge_rows_jit(offsets, targets, prob):  # type: ignore[no-untyped-def]
+    def _merge_rows_jit(offsets, targets, prob):
         # In place: row r is sorted and merged into targets/prob[w:], and w never passes the row's own start, so
         # no second array of T entries is needed (the reducer's peak memory is one copy of the transitions).
         n_rows = offsets.shape[0] - 1
@@ -56,14 +56,14 @@ if HAVE_NUMBA:
         return out_off, w
 
     @_jit
-    def _mix(k):  # type: ignore[no-untyped-def]
+    def _mix(k):
         # splitmix64 finaliser: packed keys are far from uniform in their low bits
         k = (k ^ (k >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         k = (k ^ (k >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return k ^ (k >> np.uint64(31))
 
     @_jit
-    def _insert_jit(slots_k, slots_id, size, keys, ids_out, new_keys):  # type: ignore[no-untyped-def]
+    def _insert_jit(slots_k, slots_id, size, keys, ids_out, new_keys):
         mask = np.uint64(slots_k.shape[0] - 1)
         n_new = 0
         for i in range(keys.shape[0]):
@@ -85,7 +85,7 @@ if HAVE_NUMBA:
         return n_new
 
     @_jit
-    def _lookup_jit(slots_k, slots_id, keys, ids_out):  # type: ignore[no-untyped-def]
+    def _lookup_jit(slots_k, slots_id, keys, ids_out):
         mask = np.uint64(slots_k.shape[0] - 1)
         for i in range(keys.shape[0]):
             k = keys[i]
@@ -101,7 +101,7 @@ if HAVE_NUMBA:
                 h = (h + np.uint64(1)) & mask
 
     @_jit
-    def _rehash_jit(old_k, old_id, slots_k, slots_id):  # type: ignore[no-untyped-def]
+    def _rehash_jit(old_k, old_id, slots_k, slots_id):
         mask = np.uint64(slots_k.shape[0] - 1)
         for i in range(old_k.shape[0]):
             if old_id[i] != -1:

@@ -7,12 +7,14 @@ property; rewards are the property's reward structure (state rewards, and policy
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from distmc._internal.jit import HAVE_NUMBA, merge_rows
 from distmc.explore.partition import Explored
+from distmc.model.expr import CompiledExpr
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 
@@ -116,7 +118,7 @@ def assemble(
     parts: Explored,
     model: Model,
     codec: StateCodec,
-    atoms: dict[str, object],
+    atoms: Mapping[str, CompiledExpr],
     reward_names: list[str],
     *,
     force_mdp: bool = False,
@@ -141,8 +143,8 @@ def assemble(
         sl = slice(start, start + states.shape[0])
         for name, e in model.labels.items():
             labels[name][sl] = e(states)
-        for name, e in atoms.items():
-            labels[name][sl] = e(states)  # type: ignore[operator]
+        for name, atom in atoms.items():
+            labels[name][sl] = atom(states)
         for name in reward_names:
             for guard, value in model.reward(name).state_items:
                 state_rew[name][sl] += np.where(guard(states), value(states), 0.0)

@@ -43,7 +43,10 @@ class _Reader:
     def __init__(self, data: np.ndarray | bytes | list[np.ndarray]) -> None:
         parts = data if isinstance(data, list) else [data]
         self._views = [
-            memoryview(np.ascontiguousarray(d)).cast("B") if isinstance(d, np.ndarray) else memoryview(d) for d in parts
+            memoryview(np.ascontiguousarray(d)).cast("B")  # type: ignore[arg-type]
+            if isinstance(d, np.ndarray)
+            else memoryview(d)
+            for d in parts
         ]
         self.size = sum(v.nbytes for v in self._views)
         self._i = 0
@@ -131,7 +134,7 @@ def write_umb(m: InducedModel, path: str | Path) -> None:
             reader = _Reader(data)
             info = tarfile.TarInfo(name)
             info.size = reader.size
-            tar.addfile(info, reader)  # type: ignore[arg-type]
+            tar.addfile(info, reader)
 
 
 def to_storm_umb(m: InducedModel) -> Any:

@@ -278,7 +278,7 @@ class Expander:
                 out[sel] += np.where(guard(sub), value(sub), 0.0)
         return out
 
-    def _append_products(self, states, nd_states, c_state, c_action, w, exp, c_rew, base):  # type: ignore[no-untyped-def]
+    def _append_products(self, states, nd_states, c_state, c_action, w, exp, c_rew, base):
         """Rows for states whose same-label choices stay nondeterministic (rare: a Python loop over them only)."""
         row_state, row_action, offsets, succ, prob, row_rew = base
         add_state, add_off, add_succ, add_prob = [], [], [], []

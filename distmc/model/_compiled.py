@@ -49,7 +49,7 @@ try:  # numba is a dependency, but the numpy kernel still works where it cannot 
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only without numba
-    _nb = None
+    _nb = None  # type: ignore[assignment]
     HAVE_NUMBA = False
 
 # Opcodes of the register machine: (op, dst, a, b, c) reads registers a, b (and c for ite), writes dst.
@@ -104,7 +104,7 @@ if HAVE_NUMBA:
 
 
     @_jit
-    def _exec(code, start, end, r):  # type: ignore[no-untyped-def]
+    def _exec(code, start, end, r):
         for i in range(start, end):
             op = code[i, 0]
             a = r[code[i, 2]]
@@ -160,7 +160,7 @@ if HAVE_NUMBA:
         en, nen, idx, ui,  # scratch
         out_cs, out_ca, out_bo, out_keys, out_prob,
         act_count, wts, n_choices, uniform,
-    ):  # type: ignore[no-untyped-def]
+    ):
         # mode 0: count choices and branches (and choices per action into act_count[b]); mode 1: write the choices
         # and branches; mode 2 (fused): write each branch with its probability times the weight of its choice
         # (wts[b, action], or 1/n_choices when uniform), skipping choices of weight zero.
@@ -256,7 +256,7 @@ if HAVE_NUMBA:
         return nc, nt
 
     @_jit
-    def _merge_segment(keys, prob, start, n, tk, tpos, used):  # type: ignore[no-untyped-def]
+    def _merge_segment(keys, prob, start, n, tk, tpos, used):
         """Add up duplicate keys among one state's branches ``start:start+n`` (one-word keys), in place.
 
         Distinct keys keep the order of their first occurrence and duplicates are added in arrival order, so the
@@ -290,7 +290,7 @@ if HAVE_NUMBA:
         return m
 
     @_jit
-    def _merge_table(t_off, lo, hi, needed):  # type: ignore[no-untyped-def]
+    def _merge_table(t_off, lo, hi, needed):
         """An empty table for :func:`_merge_segment`, large enough for the longest row among states ``lo:hi``."""
         longest = 1
         if needed:
@@ -306,7 +306,7 @@ if HAVE_NUMBA:
              act_count, wts, uniform,
              code, n_regs, const_reg, const_val, guard_end, cmd_greg, cmd_ucode, upd_preg, upd_asg, asg_col, asg_reg,
              lo, hi, word, shift, check_sum, tol, kmax, cmax,
-             unl, cmd_first, cmd_nupd, cmd_action, grp_action, grp_mod_start, mod_cmd_start, mod_cmds):  # type: ignore[no-untyped-def]
+             unl, cmd_first, cmd_nupd, cmd_action, grp_action, grp_mod_start, mod_cmd_start, mod_cmds):
         B = S.shape[0]
         V = S.shape[1]
         NK = cmd_greg.shape[0]
@@ -377,7 +377,7 @@ if HAVE_NUMBA:
                     counts_t[b] = nt
 
     @_jit
-    def _compact(keys, prob, t_off, counts):  # type: ignore[no-untyped-def]
+    def _compact(keys, prob, t_off, counts):
         """Pack the rows ``t_off[b] : t_off[b] + counts[b]`` of ``keys``/``prob`` together."""
         n = counts.shape[0]
         off = np.zeros(n + 1, np.int64)
@@ -409,7 +409,9 @@ class CompiledKernel:
         guard_memo: dict[Tree, int] = {}
         greg = [prog.emit(c.guard.tree, guard_memo) for c in cmds]
         guard_end = len(prog.code)
-        ucode, preg, asg_start, asg_col, asg_reg, first, nupd = [], [], [0], [], [], [], []
+        ucode: list[tuple[int, int]] = []
+        preg: list[int] = []
+        asg_start, asg_col, asg_reg, first, nupd = [0], [], [], [], []
         for c in cmds:
             memo = dict(guard_memo)
             start = len(prog.code)

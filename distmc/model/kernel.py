@@ -181,8 +181,8 @@ class Kernel:
             deltas.append(d.reshape(-1, self.n_vars))
             row += idx.size * nu
         if not ps:
-            e = np.zeros(0, dtype=np.int64)
-            return e, e, e, e, np.zeros(0), np.zeros((0, self.n_vars), dtype=np.int64)
+            z = np.zeros(0, dtype=np.int64)
+            return z, z, z, z, np.zeros(0), np.zeros((0, self.n_vars), dtype=np.int64)
         return (
             np.concatenate(ps),
             np.concatenate(pc),
