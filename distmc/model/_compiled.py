@@ -161,9 +161,10 @@ if HAVE_NUMBA:
         out_cs, out_ca, out_bo, out_keys, out_prob,
         act_count, wts, n_choices, uniform,
     ):
-        # mode 0: count choices and branches (and choices per action into act_count[b]); mode 1: write the choices
-        # and branches; mode 2 (fused): write each branch with its probability times the weight of its choice
-        # (wts[b, action], or 1/n_choices when uniform), skipping choices of weight zero.
+        # mode 0: count choices and branches (and choices per action into act_count[b]); mode 3: the same from the
+        # guards alone (every branch counts, an upper bound); mode 1: write the choices and branches; mode 2 (fused):
+        # write each branch with its probability times the weight of its choice (wts[b, action], or 1/n_choices
+        # when uniform), skipping choices of weight zero.
         nc = 0
         nt = 0
         wc = 1.0
@@ -171,6 +172,11 @@ if HAVE_NUMBA:
             c = unl[i]
             if g[c]:
                 a = cmd_action[c]
+                if mode == 3:
+                    act_count[b, a] += 1
+                    nc += 1
+                    nt += cmd_nupd[c]
+                    continue
                 if mode == 0:
                     act_count[b, a] += 1
                 elif mode == 1:
@@ -212,6 +218,23 @@ if HAVE_NUMBA:
             for j in range(k):
                 idx[j] = 0
             while True:
+                if mode == 3:  # light count: every branch counts, so the number is the product of update counts
+                    act_count[b, a] += 1
+                    nc += 1
+                    prod = 1
+                    for j in range(k):
+                        prod *= cmd_nupd[en[j, idx[j]]]
+                    nt += prod
+                    j = k - 1
+                    while j >= 0:
+                        idx[j] += 1
+                        if idx[j] < nen[j]:
+                            break
+                        idx[j] = 0
+                        j -= 1
+                    if j < 0:
+                        break
+                    continue
                 if mode == 0:
                     act_count[b, a] += 1
                 elif mode == 1:
@@ -343,9 +366,7 @@ if HAVE_NUMBA:
                     g[k] = on
                     if not on:
                         continue
-                    if mode == 3:  # light count: every branch counts, no update is evaluated
-                        for u in range(cmd_first[k], cmd_first[k] + cmd_nupd[k]):
-                            p[u] = 1.0
+                    if mode == 3:  # light count: no update is evaluated
                         continue
                     _exec(code, cmd_ucode[k, 0], cmd_ucode[k, 1], r)
                     tot = 0.0
@@ -367,12 +388,12 @@ if HAVE_NUMBA:
                 flags[b] = flag
                 if flag != 0:
                     continue
-                nc, nt = _enumerate(b, K[b], mode if mode != 3 else 0, c_off[b], t_off[b], g, p, kd, dsum, unl, cmd_first, cmd_nupd,
+                nc, nt = _enumerate(b, K[b], mode, c_off[b], t_off[b], g, p, kd, dsum, unl, cmd_first, cmd_nupd,
                                     cmd_action, grp_action, grp_mod_start, mod_cmd_start, mod_cmds, en, nen, idx, ui,
                                     out_cs, out_ca, out_bo, out_keys, out_prob, act_count, wts, counts_c[b], uniform)
                 if mode == 2:
                     counts_t[b] = _merge_segment(out_keys, out_prob, t_off[b], nt, tk, tpos, used)
-                else:
+                else:  # modes 0 and 3
                     counts_c[b] = nc
                     counts_t[b] = nt
 
