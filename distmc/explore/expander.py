@@ -121,6 +121,8 @@ class Expander:
                 f"list {self.policy.actions} does not contain; list it in the interface file"
             )
         b, a = states.shape[0], len(self.policy.actions)
+        if a == 0:  # a model without actions: every state is a deadlock, nothing to weigh
+            return np.zeros(enabled_model.shape)
         cols = np.flatnonzero(self.model_to_policy >= 0)
         enabled = np.zeros((b, a), dtype=bool)
         enabled[:, self.model_to_policy[cols]] = enabled_model[:, cols]

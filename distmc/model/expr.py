@@ -20,7 +20,7 @@ from stormpy import expressions as sx
 
 from distmc.errors import ModelError
 
-__all__ = ["CompiledExpr", "compile_expression"]
+__all__ = ["CompiledExpr", "compile_expression", "reparseable"]
 
 _OP = sx.OperatorType
 
@@ -159,9 +159,92 @@ def _tree(e: sx.Expression, columns: Mapping[str, tuple[int, bool]]) -> Tree:
     return (_TREE_OPS[op], *args)
 
 
+def _group_end(s: str, i: int) -> int:
+    """Index just past the parenthesised group that starts at ``s[i] == "("``."""
+    depth = 0
+    for j in range(i, len(s)):
+        if s[j] == "(":
+            depth += 1
+        elif s[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return -1
+
+
+def _top_split(s: str, sep: str) -> list[str]:
+    """Split ``s`` at ``sep`` where it stands outside every parenthesis."""
+    out, depth, start, i = [], 0, 0, 0
+    while i < len(s):
+        ch = s[i]
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and s.startswith(sep, i):
+            out.append(s[start:i])
+            i += len(sep)
+            start = i
+            continue
+        i += 1
+    out.append(s[start:])
+    return out
+
+
+def _unparen(s: str) -> str | None:
+    s = s.strip()
+    return s[1:-1] if s.startswith("(") and _group_end(s, 0) == len(s) else None
+
+
+def _as_mod(group: str) -> tuple[str, str] | None:
+    """``(a, b)`` if ``group`` is Storm's printout of PRISM's ``mod(a, b)``, else None."""
+    inner = _unparen(group)
+    if inner is None:
+        return None
+    q = _top_split(inner, " ? ")
+    if len(q) != 2:
+        return None
+    branches = _top_split(q[1], " : ")
+    cond = _unparen(q[0])
+    then = _unparen(branches[0]) if len(branches) == 2 else None
+    if cond is None or then is None:
+        return None
+    ge = _top_split(cond, " >= ")
+    pm = _top_split(then, " % ")
+    if len(ge) != 2 or ge[1].strip() != "0" or len(pm) != 2 or pm[0].strip() != ge[0].strip():
+        return None
+    a, b = pm[0].strip(), pm[1].strip()
+    if branches[1].strip() != f"(({a} % {b}) + {b})":
+        return None
+    return a, b
+
+
+def reparseable(text: str) -> str:
+    """Storm's printout of an expression, made safe to parse again.
+
+    Storm's PRISM parser turns ``mod(a, b)`` into ``((a >= 0) ? (a % b) : ((a % b) + b))`` with a truncating
+    ``%``, and prints it that way; parsing that text applies the rewrite a second time (wrong for ``a < 0``). The
+    printed form is turned back into ``mod(a, b)``.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] == "(":
+            end = _group_end(text, i)
+            if end > 0:
+                m = _as_mod(text[i:end])
+                if m is not None:
+                    out.append(f"mod({reparseable(m[0])}, {reparseable(m[1])})")
+                    i = end
+                    continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
 def compile_expression(e: sx.Expression, columns: Mapping[str, tuple[int, bool]]) -> CompiledExpr:
     """Compile ``e`` against the state layout ``columns`` (variable name -> (column, is_bool))."""
     e = e.simplify()
     src = _translate(e, columns)
     fn = eval(compile(f"lambda S: {src}", f"<prism expression {e}>", "eval"), dict(_NAMESPACE))  # noqa: S307
-    return CompiledExpr(text=str(e), source=src, kind=_kind(e), fn=fn, tree=_tree(e, columns))
+    return CompiledExpr(text=reparseable(str(e)), source=src, kind=_kind(e), fn=fn, tree=_tree(e, columns))

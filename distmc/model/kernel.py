@@ -178,7 +178,7 @@ class Kernel:
             pr.append(row + np.arange(idx.size, dtype=np.int64) * nu)
             pn.append(np.full(idx.size, nu, dtype=np.int64))
             probs.append(p.reshape(-1))
-            deltas.append(d.reshape(-1, self.n_vars))
+            deltas.append(d.reshape(idx.size * nu, self.n_vars))
             row += idx.size * nu
         if not ps:
             z = np.zeros(0, dtype=np.int64)

@@ -27,7 +27,7 @@ from stormpy import expressions as sx
 from stormpy.developer.storage import PrismModelType
 
 from distmc.errors import ModelError, UnsupportedError
-from distmc.model.expr import CompiledExpr, compile_expression
+from distmc.model.expr import CompiledExpr, compile_expression, reparseable
 
 __all__ = [
     "Command",
@@ -276,8 +276,8 @@ def _rewards(prog: Any, columns: dict[str, tuple[int, bool]], path: Path) -> lis
                 end = item.index("]")
                 action, item = item[1:end].strip(), item[end + 1 :]
             guard_txt, value_txt = _split_top(item, ":")[0], ":".join(_split_top(item, ":")[1:])
-            guard = compile_expression(parser.parse_from_string(guard_txt.strip(), True), columns)
-            value = compile_expression(parser.parse_from_string(value_txt.strip(), True), columns)
+            guard = compile_expression(parser.parse_from_string(reparseable(guard_txt.strip()), True), columns)
+            value = compile_expression(parser.parse_from_string(reparseable(value_txt.strip()), True), columns)
             if action is None:
                 state_items.append((guard, value))
             else:
@@ -349,6 +349,7 @@ def load_model(path: str | Path, constants: dict[str, str] | str | None = None) 
     prog = _instantiate(prog, path, dict(constants))
 
     variables: list[Variable] = []
+    init_block = bool(prog.has_initial_states_expression)
 
     def add_vars(int_vars: Any, bool_vars: Any, module: str | None) -> None:
         # Storm keeps int and bool variables apart; the file's order within each kind is kept.
@@ -358,7 +359,9 @@ def load_model(path: str | Path, constants: dict[str, str] | str | None = None) 
             if hi < lo:
                 raise ModelError(f"{path}: variable '{v.name}' has an empty range [{lo}..{hi}]")
             init = lo
-            if v.initial_value_expression is not None and str(v.initial_value_expression) != "":
+            # With an init ... endinit block Storm leaves the variables' own initial values unset (touching them
+            # crashes the process); the block decides the initial states.
+            if not init_block and v.initial_value_expression is not None and str(v.initial_value_expression) != "":
                 try:
                     init = _int(v.initial_value_expression, f"initial value of '{v.name}'", path)
                 except ModelError:
@@ -366,7 +369,7 @@ def load_model(path: str | Path, constants: dict[str, str] | str | None = None) 
             variables.append(Variable(v.name, lo, hi, init, False, module))
         for v in bool_vars:
             init = 0
-            if v.initial_value_expression is not None and str(v.initial_value_expression) != "":
+            if not init_block and v.initial_value_expression is not None and str(v.initial_value_expression) != "":
                 try:
                     init = int(bool(v.initial_value_expression.evaluate_as_bool()))
                 except RuntimeError:
