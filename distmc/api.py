@@ -10,16 +10,17 @@ from pathlib import Path
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
 from distmc.check.checker import check
-from distmc.check.properties import parse_property
 from distmc.errors import DistmcError
-from distmc.explore.expander import MODES, Expander
 from distmc.explore.local import explore_local
-from distmc.model.kernel import Kernel
-from distmc.model.packing import StateCodec
-from distmc.model.program import load_model
-from distmc.policy import load_policy
+from distmc.pipeline import Job
 
 __all__ = ["Report", "verify"]
+
+
+def _const_text(constants: str | dict[str, str] | None) -> str | None:
+    if constants is None or isinstance(constants, str):
+        return constants
+    return ",".join(f"{k}={v}" for k, v in constants.items())
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Report:
     depth: int
     policy_states: int
     timings: dict[str, float] = field(default_factory=dict)
+    driver: str = "local"
+    worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor: states, batches, bytes sent, ...
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -68,6 +71,8 @@ def verify(
     threshold: float = 0.0,
     resolve: str = "none",
     workers: int = 1,
+    driver: str | None = None,
+    address: str | None = None,
     max_states: int | None = None,
     export_path: str | Path | None = None,
     keep_model: bool = False,
@@ -83,7 +88,9 @@ def verify(
         mode: ``stochastic``, ``deterministic`` or ``monolithic``.
         threshold: in stochastic mode, keep actions with pi(a|s) > threshold.
         resolve: ``none`` (same-label choices stay nondeterministic) or ``uniform``.
-        workers: number of partitions; only 1 (the in-process driver) is available in this version.
+        workers: number of partitions (Ray actors with the ray driver).
+        driver: ``local`` (in-process, one partition) or ``ray``; default: local for one worker and no address.
+        address: a Ray cluster to join (``auto`` or ``HOST:PORT``); None starts a local Ray when needed.
         max_states: stop with :class:`~distmc.errors.ResourceLimitError` beyond this many states.
         export_path: also write the induced model (``.umb`` or ``.drn``).
         keep_model: also return the :class:`InducedModel`.
@@ -93,30 +100,29 @@ def verify(
         >>> r.result
         0.0625
     """
-    if mode not in MODES:
-        raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{mode}'")
-    if workers != 1:
-        raise DistmcError("only --workers 1 (the in-process driver) is available in this version")
+    if workers < 1:
+        raise DistmcError(f"--workers must be at least 1, not {workers}")
+    if driver is None:
+        driver = "local" if workers == 1 and address is None else "ray"
+    if driver not in ("local", "ray"):
+        raise DistmcError(f"--driver must be 'local' or 'ray', not '{driver}'")
+    if driver == "local" and workers != 1:
+        raise DistmcError("the local driver runs one partition: use --driver ray for --workers > 1")
     t0 = time.perf_counter()
-    model = load_model(model_path, constants)
-    spec = parse_property(prop, model)
-    pol = load_policy(policy, model, interface) if mode != "monolithic" and model.model_type == "mdp" else None
-    reward_names = []
-    if spec.is_reward:
-        reward_names = [model.reward(spec.reward_name).name]
-    codec = StateCodec(model.lo, model.hi)
-    kernel = Kernel(model, codec)
-    expander = Expander(
-        model, kernel, codec, pol, mode, terminal=spec.terminal_mask, threshold=threshold, resolve=resolve,
-        reward_names=reward_names,
-    )
+    job = Job(str(model_path), prop, _const_text(constants), policy, None if interface is None else str(interface), mode,
+              threshold, resolve)
+    parts = job.build()
+    model, spec, codec, pol, reward_names = parts.model, parts.spec, parts.codec, parts.policy, parts.reward_names
     t1 = time.perf_counter()
-    explored = explore_local(expander, codec.pack(model.initial_states), max_states=max_states)
+    if driver == "local":
+        explored = explore_local(parts.expander, codec.pack(model.initial_states), max_states=max_states)
+    else:
+        from distmc.explore.ray_driver import explore_ray
+
+        explored = explore_ray(job, codec, codec.pack(model.initial_states), workers, address=address,
+                               max_states=max_states)
     t2 = time.perf_counter()
-    induced = assemble(
-        explored, model, codec, spec.atoms, reward_names,
-        force_mdp=(model.model_type == "mdp" and pol is None),
-    )
+    induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     storm_model = to_storm(induced)
     t3 = time.perf_counter()
     result = check(storm_model, spec, induced.kind, induced.initial)
@@ -129,6 +135,8 @@ def verify(
         transitions=induced.n_transitions,
         mode=mode,
         workers=workers,
+        driver=driver,
+        worker_stats=list(explored.worker_stats),
         model=str(model_path),
         property=prop,
         policy="none" if pol is None else pol.name,

@@ -32,7 +32,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threshold", type=float, default=0.0, help="stochastic mode: keep actions with pi > threshold")
     run.add_argument("--resolve", default="none", choices=["none", "uniform"],
                      help="same-label choices: keep nondeterminism (min/max) or split evenly")
-    run.add_argument("--workers", type=int, default=1, help="partitions (only 1 in this version)")
+    run.add_argument("--workers", type=int, default=1, help="partitions: Ray actors owning the states by hash")
+    run.add_argument("--driver", default=None, choices=["local", "ray"],
+                     help="local (in-process) or ray; default: local for one worker and no --address, else ray")
+    run.add_argument("--address", default=None,
+                     help="Ray cluster to join (auto or HOST:PORT); default: start a local Ray when needed")
     run.add_argument("--max-states", type=int, default=None, help="stop beyond this many states")
     run.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
@@ -75,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             threshold=args.threshold,
             resolve=args.resolve,
             workers=args.workers,
+            driver=args.driver,
+            address=args.address,
             max_states=args.max_states,
             export_path=args.export,
         )

@@ -51,6 +51,7 @@ class Explored:
     rewards: dict[str, np.ndarray]
     initial: np.ndarray
     stats: dict[str, float] = field(default_factory=dict)
+    worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor (empty in-process)
 
     @property
     def n_states(self) -> int:

@@ -1,0 +1,67 @@
+"""What a run explores, as a small picklable description (:class:`Job`), and the parts built from it.
+
+The in-process driver builds the parts once; each Ray actor builds its own from the same job (a model, a kernel
+and a policy replica per worker), so only the job's few strings cross the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from distmc.check.properties import PropertySpec, parse_property
+from distmc.errors import DistmcError
+from distmc.explore.expander import MODES, Expander
+from distmc.model.kernel import Kernel
+from distmc.model.packing import StateCodec
+from distmc.model.program import Model, load_model
+from distmc.policy import Policy, load_policy
+
+__all__ = ["Job", "Parts"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """The inputs of a run (see :func:`distmc.api.verify` for their meaning)."""
+
+    model_path: str
+    prop: str
+    constants: str | None = None
+    policy: str | None = "uniform"
+    interface: str | None = None
+    mode: str = "stochastic"
+    threshold: float = 0.0
+    resolve: str = "none"
+
+    def build(self) -> Parts:
+        """Parse the model and property, load the policy, compile the kernel."""
+        if self.mode not in MODES:
+            raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
+        model = load_model(Path(self.model_path), self.constants)
+        spec = parse_property(self.prop, model)
+        needs_policy = self.mode != "monolithic" and model.model_type == "mdp"
+        pol = load_policy(self.policy, model, self.interface) if needs_policy else None
+        reward_names = [model.reward(spec.reward_name).name] if spec.is_reward else []
+        codec = StateCodec(model.lo, model.hi)
+        expander = Expander(
+            model, Kernel(model, codec), codec, pol, self.mode, terminal=spec.terminal_mask,
+            threshold=self.threshold, resolve=self.resolve, reward_names=reward_names,
+        )
+        return Parts(model, spec, codec, expander, pol, reward_names)
+
+
+@dataclass
+class Parts:
+    """What a :class:`Job` builds."""
+
+    model: Model
+    spec: PropertySpec
+    codec: StateCodec
+    expander: Expander
+    policy: Policy | None
+    reward_names: list[str]
+
+    @property
+    def force_mdp(self) -> bool:
+        """Monolithic mode: the induced model is the MDP itself."""
+        return self.model.model_type == "mdp" and self.policy is None
