@@ -99,10 +99,15 @@ class PartitionActor:
         self.asked: list[np.ndarray] = []  # per source: the unique keys it asked about, in its order
         self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)
         self.policy_states = 0
-        self.stats = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "batches": 0, "bytes_sent": 0}
+        self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "batches": 0, "bytes_sent": 0}
 
-    def ready(self) -> int:
-        return self.rank
+    def ready(self) -> str:
+        """The Ray node this actor runs on."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        self.stats["node"] = node
+        return str(node)
 
     # -- initial states ----------------------------------------------------------------------------------------
 
@@ -292,11 +297,11 @@ def explore_ray(
 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    # num_cpus=0: more actors than cores is allowed (the scaling experiment oversubscribes on purpose); SPREAD
-    # places them across the cluster's nodes.
-    actor_cls = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(PartitionActor)
+    # One CPU per actor when the cluster has them (so Ray spreads the actors over its nodes); none when there are
+    # more actors than CPUs, which is allowed (the scaling experiment oversubscribes on purpose).
     cpus = int(ray.cluster_resources().get("CPU", 1))
     threads = max(1, cpus // workers)
+    actor_cls = ray.remote(num_cpus=1 if cpus >= workers else 0, scheduling_strategy="SPREAD")(PartitionActor)
     actors: list[Any] = [actor_cls.remote(job, r, workers, batch_states, threads) for r in range(workers)]
     try:
         ray.get([a.ready.remote() for a in actors])

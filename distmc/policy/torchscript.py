@@ -9,7 +9,10 @@ The interface file (JSON, or TOML with ``.toml``)::
       "scale": {"x": 0.25}                    # optional: input = value * scale
     }
 
-Inference is batched (:data:`BATCH`) under ``torch.inference_mode``; the network runs on CUDA when available.
+Inference is batched under ``torch.inference_mode``, every forward pass with the same shape (:data:`BATCH` rows,
+the last one padded): torch's kernels change with the batch shape (measured: a batch of one state takes another
+path and differs in the last bit), and a state's action distribution must not depend on which other states share
+its batch, or two worker counts would build different models. The network runs on CUDA when available.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from distmc.model.program import Model
 __all__ = ["Interface", "TorchScriptPolicy", "load_interface"]
 
 #: States per forward pass.
-BATCH = 65536
+BATCH = 1024
 
 
 @dataclass
@@ -147,7 +150,10 @@ class TorchScriptPolicy:
         # small networks policies are; plain execution is used.
         with torch.inference_mode(), torch.jit.optimized_execution(False):
             for start in range(0, x.shape[0], BATCH):
-                xb = torch.from_numpy(x[start : start + BATCH]).to(self.device)
+                chunk = x[start : start + BATCH]
+                if chunk.shape[0] < BATCH:
+                    chunk = np.concatenate([chunk, np.zeros((BATCH - chunk.shape[0], x.shape[1]), dtype=np.float32)])
+                xb = torch.from_numpy(chunk).to(self.device)
                 try:
                     y = self.net(xb)
                 except RuntimeError as exc:
@@ -157,7 +163,7 @@ class TorchScriptPolicy:
                     ) from exc
                 if not isinstance(y, torch.Tensor):
                     raise PolicyError(f"{self.path}: the network returned {type(y).__name__}, not a tensor")
-                outs.append(y.detach().to("cpu", torch.float64).numpy())
+                outs.append(y.detach().to("cpu", torch.float64).numpy()[: min(BATCH, x.shape[0] - start)])
                 self.forward_passes += 1
         self.states_evaluated += x.shape[0]
         return np.concatenate(outs) if outs else np.zeros((0, len(self.actions)))

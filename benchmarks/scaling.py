@@ -1,0 +1,112 @@
+"""Scaling experiment: the same exploration with 1, 2, 4, ... Ray workers, against the in-process driver.
+
+For each worker count it runs ``distmc.api.verify`` (stochastic mode, uniform policy unless ``--policy``) with the
+Ray driver on a local Ray (or ``--address``), and records: exploration time and states/s, speedup and efficiency
+against one Ray worker, the in-process driver's time (the Ray driver's overhead at one worker), bytes exchanged per
+state against the packed key size, partition balance (largest partition / mean), and the time split of the
+workers (expand, lookup, store; the rest of the exploration time is exchange and waiting at the barrier). It
+writes a Markdown table to stdout and, with ``--plot``, a PNG (matplotlib).
+
+Usage (from the repository root)::
+
+    python benchmarks/scaling.py --const xMax=6,yMax=6,slickness=0.1 --workers 1,2,4,8 --plot benchmarks/scaling.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = REPO.parent / "shared" / "models" / "coolmc" / "avoid.prism"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=str(DEFAULT_MODEL))
+    ap.add_argument("--const", default="xMax=6,yMax=6,slickness=0.1")
+    ap.add_argument("--prop", default="P=? [F<=100 COLLISION=true]")
+    ap.add_argument("--policy", default="uniform")
+    ap.add_argument("--interface", default=None)
+    ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--address", default=None)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per worker count (the fastest is kept)")
+    ap.add_argument("--plot", default=None, help="write a PNG here")
+    a = ap.parse_args(argv)
+
+    import ray
+
+    from distmc.api import verify
+    from distmc.model.packing import StateCodec
+    from distmc.model.program import load_model
+
+    counts = [int(w) for w in a.workers.split(",")]
+    if not ray.is_initialized():
+        ray.init(address=a.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    m = load_model(a.model, a.const)
+    key_bytes = StateCodec(m.lo, m.hi).key_bytes
+    kw = dict(constants=a.const, policy=a.policy, interface=a.interface, mode="stochastic")
+    verify(a.model, a.prop, **kw)  # warm the compiled routines' cache
+    local = min((verify(a.model, a.prop, **kw) for _ in range(a.repeat)), key=lambda r: r.timings["explore_s"])
+    rows = []
+    for w in counts:
+        best = None
+        for _ in range(a.repeat):
+            t0 = time.perf_counter()
+            r = verify(a.model, a.prop, workers=w, driver="ray", **kw)
+            r.timings["wall_s"] = time.perf_counter() - t0
+            if best is None or r.timings["explore_s"] < best.timings["explore_s"]:
+                best = r
+        assert best is not None and best.states == local.states and best.result == local.result
+        rows.append((w, best))
+    base = rows[0][1].timings["explore_s"] if rows[0][0] == 1 else None
+    print(f"{Path(a.model).name} {a.const}  {a.prop}; {local.states} states, {local.transitions} transitions; "
+          f"packed key {key_bytes} bytes")
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
+          f"in-process driver: explore {local.timings['explore_s']:.2f} s")
+    print()
+    print("| workers | explore s | states/s | speedup | efficiency | vs in-process | bytes/state | bytes/key "
+          "| balance (max/mean) | expand s | lookup s | store s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    plot = []
+    for w, r in rows:
+        t = r.timings["explore_s"]
+        ws = r.worker_stats
+        states = [s["states"] for s in ws]
+        sent = sum(s["bytes_sent"] for s in ws)
+        speed = base / t if base else float("nan")
+        plot.append((w, r.states / t, speed))
+        print(f"| {w} | {t:.2f} | {r.states / t:,.0f} | {speed:.2f} | {speed / w:.2f} | "
+              f"{t / local.timings['explore_s']:.2f}x | {sent / r.states:.1f} | {sent / r.states / key_bytes:.2f} | "
+              f"{max(states) / (sum(states) / len(states)):.3f} | {max(s['expand_s'] for s in ws):.2f} | "
+              f"{max(s['lookup_s'] for s in ws):.2f} | {max(s['store_s'] for s in ws):.2f} |")
+    if a.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+        ax[0].plot([p[0] for p in plot], [p[1] for p in plot], "o-")
+        ax[0].set_xlabel("workers")
+        ax[0].set_ylabel("states / s (exploration)")
+        ax[0].set_xscale("log", base=2)
+        ax[1].plot([p[0] for p in plot], [p[2] for p in plot], "o-", label="measured")
+        ax[1].plot([p[0] for p in plot], [p[0] for p in plot], "--", label="linear")
+        ax[1].set_xlabel("workers")
+        ax[1].set_ylabel("speedup over 1 worker")
+        ax[1].set_xscale("log", base=2)
+        ax[1].legend()
+        fig.suptitle(f"{Path(a.model).name} {a.const}, {os.cpu_count()} cores")
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=100)
+        print(f"\nplot: {a.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
