@@ -95,7 +95,9 @@ class PartitionActor:
         self.rows: list[tuple[np.ndarray, ...]] = []  # (row gid, row action, branch counts, target gids, prob)
         self.rewards: list[dict[str, np.ndarray]] = []
         self.flags: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (gids, loop, deadlock) of expanded states
-        self.pending: list[tuple[Any, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.pending: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (rows, source gids, level-unique target ids)
+        self.sent: list[np.ndarray] = []
+        self.n_unique = 0
         self.asked: list[np.ndarray] = []  # per source: the unique keys it asked about, in its order
         self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)
         self.policy_states = 0
@@ -129,46 +131,44 @@ class PartitionActor:
         t = time.perf_counter()
         gids, keys = self.frontier
         self.frontier = (gids[:0], keys[:0])
-        per_owner: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(self.workers)]
+        # The level's distinct successor keys, numbered by first occurrence (a hash set for one-word keys).
+        seen = VisitedSet(self.codec.dtype)
+        first_occ: list[np.ndarray] = []
         self.pending = []
         for start in range(0, gids.shape[0], self.batch_states):
             bg, bk = gids[start : start + self.batch_states], keys[start : start + self.batch_states]
             rows = self.parts.expander.expand(bk)
             self.policy_states += rows.policy_states
             self.stats["batches"] += 1
-            # first occurrence of each branch: source gid, then the branch's index among its source's branches
+            size0 = seen.size
+            uid, _ = seen.insert(rows.target_keys)
+            # first occurrences: a new id is first seen where it exceeds every id before it
+            newer = uid >= size0
+            pos = np.flatnonzero(newer)
+            ids = uid[pos]
+            prev = np.maximum.accumulate(np.concatenate([[size0 - 1], ids]))[:-1]
+            pos = pos[ids > prev]
+            # position of a branch: source gid, then the branch's index among its source's branches
             counts = np.diff(rows.branch_offsets)
-            row_src = rows.row_state
-            per_state = np.bincount(row_src, weights=counts, minlength=bk.shape[0]).astype(np.int64)
+            per_state = np.bincount(rows.row_state, weights=counts, minlength=bk.shape[0]).astype(np.int64)
             if per_state.size and per_state.max() >= (1 << OCC_SHIFT):
                 raise ResourceLimitError(f"a state has {int(per_state.max())} branches, more than {1 << OCC_SHIFT}")
-            branch_src = np.repeat(row_src, counts)
-            first = np.cumsum(per_state) - per_state
-            occ = (bg[branch_src] << OCC_SHIFT) + (np.arange(branch_src.shape[0], dtype=np.int64) - first[branch_src])
-            words = self.codec.to_words(rows.target_keys)
-            owner = owner_of(words, self.workers)
-            inverse = np.empty(rows.target_keys.shape[0], dtype=np.int64)
-            for o in range(self.workers):
-                sel = np.flatnonzero(owner == o)
-                uniq, first_idx, inv = np.unique(rows.target_keys[sel], return_index=True, return_inverse=True)
-                inverse[sel] = inv.reshape(-1)
-                per_owner[o].append((uniq, occ[sel][first_idx]))
-            self.pending.append((rows, bg, owner, inverse))
+            branch_src = np.repeat(rows.row_state, counts)[pos]
+            start_of = np.cumsum(per_state) - per_state
+            first_occ.append((bg[branch_src] << OCC_SHIFT) + (pos - start_of[branch_src]))
+            self.pending.append((rows, bg, uid))
+        ukeys = seen.keys_by_id()
+        uocc = np.concatenate(first_occ) if first_occ else np.zeros(0, dtype=np.int64)
+        owner = owner_of(self.codec.to_words(ukeys), self.workers)
         out = []
-        self.sent_unique: list[list[np.ndarray]] = []
+        self.sent = []  # per owner: the level-unique ids sent to it, in the order sent
         for o in range(self.workers):
-            parts = per_owner[o]
-            if parts:
-                keys_o = np.concatenate([p[0] for p in parts])
-                occ_o = np.concatenate([p[1] for p in parts])
-            else:
-                keys_o, occ_o = np.zeros(0, dtype=self.codec.dtype), np.zeros(0, dtype=np.int64)
-            # one entry per distinct key over all batches (first occurrence kept: occ grows with the batches)
-            uniq, first_idx, inv = np.unique(keys_o, return_index=True, return_inverse=True)
-            self.sent_unique.append([np.array([len(p[0]) for p in parts], dtype=np.int64), inv.reshape(-1)])
-            batch = _to_arrow(uniq, occ_o[first_idx], self.codec)
+            sel = np.flatnonzero(owner == o)
+            self.sent.append(sel)
+            batch = _to_arrow(ukeys[sel], uocc[sel], self.codec)
             self.stats["bytes_sent"] += int(batch.nbytes)
             out.append(batch)
+        self.n_unique = int(ukeys.shape[0])
         self.stats["expand_s"] += time.perf_counter() - t
         return out if self.workers > 1 else out[0]  # Ray: num_returns=1 is one object, not a list of one
 
@@ -205,14 +205,11 @@ class PartitionActor:
         ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it.
         """
         t = time.perf_counter()
-        starts = [np.cumsum(sizes) - sizes for sizes, _ in self.sent_unique]
-        for b, (rows, bg, owner, inverse) in enumerate(self.pending):
-            target = np.empty(rows.target_keys.shape[0], dtype=np.int64)
-            for o in range(self.workers):
-                sel = np.flatnonzero(owner == o)
-                if sel.size:
-                    level_index = self.sent_unique[o][1][starts[o][b] + inverse[sel]]
-                    target[sel] = answers[o][level_index]
+        gid_of = np.empty(self.n_unique, dtype=np.int64)  # level-unique id -> global id
+        for o in range(self.workers):
+            gid_of[self.sent[o]] = answers[o]
+        for rows, bg, uid in self.pending:
+            target = gid_of[uid]
             self.rows.append((bg[rows.row_state], rows.row_action, np.diff(rows.branch_offsets), target, rows.prob))
             self.rewards.append(rows.rewards)
             self.flags.append((bg, rows.terminal | rows.deadlock, rows.deadlock))
