@@ -220,22 +220,11 @@ if HAVE_NUMBA:
             while True:
                 if mode == 3:  # light count: every branch counts, so the number is the product of update counts
                     act_count[b, a] += 1
-                    nc += 1
                     prod = 1
                     for j in range(k):
                         prod *= cmd_nupd[en[j, idx[j]]]
                     nt += prod
-                    j = k - 1
-                    while j >= 0:
-                        idx[j] += 1
-                        if idx[j] < nen[j]:
-                            break
-                        idx[j] = 0
-                        j -= 1
-                    if j < 0:
-                        break
-                    continue
-                if mode == 0:
+                elif mode == 0:
                     act_count[b, a] += 1
                 elif mode == 1:
                     out_cs[c_at + nc] = b
@@ -244,7 +233,7 @@ if HAVE_NUMBA:
                 nc += 1
                 for j in range(k):
                     ui[j] = 0
-                while mode != 2 or wc > 0.0:
+                while mode != 3 and (mode != 2 or wc > 0.0):
                     pr = 1.0
                     dsum[:] = 0
                     for j in range(k):
