@@ -250,15 +250,26 @@ def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
         deadlock[r["flag_gids"]] = r["deadlock"]
     row_state = np.concatenate([r["row_state"] for r in results])
     order = np.argsort(row_state, kind="stable")  # every partition's rows are in increasing global id already
-    counts = np.concatenate([r["counts"] for r in results])
-    offsets_in = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets_in[1:])
-    counts = counts[order]
+    counts_in = np.concatenate([r["counts"] for r in results])
+    counts = counts_in[order]
     offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    gather_idx = np.repeat(offsets_in[:-1][order] - offsets[:-1], counts) + np.arange(int(offsets[-1]), dtype=np.int64)
-    targets = np.concatenate([r["targets"] for r in results])[gather_idx]
-    prob = np.concatenate([r["prob"] for r in results])[gather_idx]
+    # Each partition's branches are scattered straight to their global positions: one copy of the transitions.
+    row_pos = np.empty(order.shape[0], dtype=np.int64)
+    row_pos[order] = np.arange(order.shape[0], dtype=np.int64)  # global row index of each (partition, row)
+    targets = np.empty(int(offsets[-1]), dtype=np.int64)
+    prob = np.empty(int(offsets[-1]), dtype=np.float64)
+    r0 = 0
+    for r in results:
+        c = r["counts"]
+        rows = row_pos[r0 : r0 + c.shape[0]]
+        local = np.zeros(c.shape[0] + 1, dtype=np.int64)
+        np.cumsum(c, out=local[1:])
+        dest = np.repeat(offsets[rows] - local[:-1], c) + np.arange(int(local[-1]), dtype=np.int64)
+        targets[dest] = r["targets"]
+        prob[dest] = r["prob"]
+        r0 += c.shape[0]
+    del counts_in
     names = list(results[0]["rewards"])
     rewards = {k: np.concatenate([r["rewards"][k] for r in results])[order] for k in names}
     return Explored(
