@@ -37,20 +37,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from distmc.assemble.reducer import assemble
     from distmc.assemble.storm import to_storm
-    from distmc.check.properties import parse_property
-    from distmc.explore.expander import Expander
     from distmc.explore.local import explore_local
-    from distmc.model.kernel import Kernel
-    from distmc.model.packing import StateCodec
-    from distmc.model.program import load_model
-    from distmc.policy import load_policy
+    from distmc.pipeline import Job
 
     rss("imports")
-    m = load_model(a.model, a.const)
-    spec = parse_property(a.prop, m)
-    codec = StateCodec(m.lo, m.hi)
-    e = Expander(m, Kernel(m, codec), codec, load_policy("uniform", m, None), "stochastic",
-                 terminal=spec.terminal_mask)
+    parts = Job(a.model, a.prop, a.const, "uniform", mode="stochastic").build()
+    assert parts.expander is not None
+    m, spec, codec, e = parts.model, parts.spec, parts.codec, parts.expander
     e.expand(codec.pack(m.initial_states))
     rss("kernel ready")
     explored = explore_local(e, codec.pack(m.initial_states), progress=lambda d: rss(f"depth {d['depth']}"))

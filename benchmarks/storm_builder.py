@@ -63,12 +63,8 @@ def child_distmc(model: str, constants: str, prop: str, kernel: str) -> dict[str
     from distmc.api import verify
     from distmc.assemble.reducer import assemble
     from distmc.assemble.storm import to_storm
-    from distmc.check.properties import parse_property
-    from distmc.explore.expander import Expander
     from distmc.explore.local import explore_local
-    from distmc.model.kernel import Kernel
-    from distmc.model.packing import StateCodec
-    from distmc.model.program import load_model
+    from distmc.pipeline import Job
 
     # Warm the compiled routines' on-disk cache on a small instance, so that this run measures exploration, not
     # numba's first compilation on a fresh machine (reported separately as the warm-up time).
@@ -76,13 +72,9 @@ def child_distmc(model: str, constants: str, prop: str, kernel: str) -> dict[str
     verify(model, prop, constants=_tiny(constants), policy="uniform", mode="stochastic")
     warm = time.perf_counter() - t0
     # The same pipeline as verify(), stopped where stormpy.build_model stops: a Storm model in memory.
-    m = load_model(model, constants)
-    spec = parse_property(prop, m)
-    codec = StateCodec(m.lo, m.hi)
-    from distmc.policy import load_policy
-
-    expander = Expander(m, Kernel(m, codec), codec, load_policy("uniform", m, None), "stochastic",
-                        terminal=spec.terminal_mask)
+    parts = Job(model, prop, constants, "uniform", mode="stochastic").build()
+    assert parts.expander is not None
+    m, spec, codec, expander = parts.model, parts.spec, parts.codec, parts.expander
     t1 = time.perf_counter()
     explored = explore_local(expander, codec.pack(m.initial_states))
     t2 = time.perf_counter()

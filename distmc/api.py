@@ -111,10 +111,10 @@ def verify(
     t0 = time.perf_counter()
     job = Job(str(model_path), prop, _const_text(constants), policy, None if interface is None else str(interface), mode,
               threshold, resolve)
-    parts = job.build()
-    model, spec, codec, pol, reward_names = parts.model, parts.spec, parts.codec, parts.policy, parts.reward_names
+    parts = job.build(explorer=driver == "local")
+    model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
     t1 = time.perf_counter()
-    if driver == "local":
+    if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), max_states=max_states)
     else:
         from distmc.explore.ray_driver import explore_ray
@@ -139,7 +139,7 @@ def verify(
         worker_stats=list(explored.worker_stats),
         model=str(model_path),
         property=prop,
-        policy="none" if pol is None else pol.name,
+        policy=parts.policy.name if parts.policy else (Path(str(policy)).name if parts.uses_policy else "none"),
         induced=induced.kind,
         choices=induced.n_rows,
         initial_states=int(induced.initial.shape[0]),

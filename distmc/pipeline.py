@@ -33,21 +33,26 @@ class Job:
     threshold: float = 0.0
     resolve: str = "none"
 
-    def build(self) -> Parts:
-        """Parse the model and property, load the policy, compile the kernel."""
+    def build(self, *, explorer: bool = True) -> Parts:
+        """Parse the model and property; with ``explorer``, also load the policy and compile the kernel.
+
+        The Ray driver's own process only routes and assembles (``explorer=False``); its actors explore.
+        """
         if self.mode not in MODES:
             raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
         model = load_model(Path(self.model_path), self.constants)
         spec = parse_property(self.prop, model)
         needs_policy = self.mode != "monolithic" and model.model_type == "mdp"
-        pol = load_policy(self.policy, model, self.interface) if needs_policy else None
         reward_names = [model.reward(spec.reward_name).name] if spec.is_reward else []
         codec = StateCodec(model.lo, model.hi)
+        if not explorer:
+            return Parts(model, spec, codec, None, needs_policy, reward_names)
+        pol = load_policy(self.policy, model, self.interface) if needs_policy else None
         expander = Expander(
             model, Kernel(model, codec), codec, pol, self.mode, terminal=spec.terminal_mask,
             threshold=self.threshold, resolve=self.resolve, reward_names=reward_names,
         )
-        return Parts(model, spec, codec, expander, pol, reward_names)
+        return Parts(model, spec, codec, expander, pol is not None, reward_names)
 
 
 @dataclass
@@ -57,11 +62,15 @@ class Parts:
     model: Model
     spec: PropertySpec
     codec: StateCodec
-    expander: Expander
-    policy: Policy | None
+    expander: Expander | None  # None when built with explorer=False
+    uses_policy: bool  # an mdp outside monolithic mode: a policy resolves its choices
     reward_names: list[str]
 
     @property
     def force_mdp(self) -> bool:
         """Monolithic mode: the induced model is the MDP itself."""
-        return self.model.model_type == "mdp" and self.policy is None
+        return self.model.model_type == "mdp" and not self.uses_policy
+
+    @property
+    def policy(self) -> Policy | None:
+        return self.expander.policy if self.expander is not None else None

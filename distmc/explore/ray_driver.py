@@ -87,6 +87,8 @@ class PartitionActor:
         except ImportError:  # pragma: no cover
             pass
         self.parts = job.build()
+        assert self.parts.expander is not None
+        self.expander = self.parts.expander
         self.codec = self.parts.codec
         self.rank, self.workers, self.batch_states = rank, workers, batch_states
         self.visited = VisitedSet(self.codec.dtype)
@@ -98,8 +100,9 @@ class PartitionActor:
         self.pending: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (rows, source gids, level-unique target ids)
         self.sent: list[np.ndarray] = []
         self.n_unique = 0
-        self.asked: list[np.ndarray] = []  # per source: the unique keys it asked about, in its order
-        self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.asked: list[np.ndarray] = []  # per source: local ids of the keys it asked about, in its order
+        self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)  # this level's new states: local ids, keys
+        self.new_keys: np.ndarray = np.zeros(0, dtype=self.codec.dtype)
         self.policy_states = 0
         self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "batches": 0, "bytes_sent": 0}
 
@@ -137,7 +140,7 @@ class PartitionActor:
         self.pending = []
         for start in range(0, gids.shape[0], self.batch_states):
             bg, bk = gids[start : start + self.batch_states], keys[start : start + self.batch_states]
-            rows = self.parts.expander.expand(bk)
+            rows = self.expander.expand(bk)
             self.policy_states += rows.policy_states
             self.stats["batches"] += 1
             size0 = seen.size
@@ -176,19 +179,20 @@ class PartitionActor:
         """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it."""
         t = time.perf_counter()
         decoded = [_from_arrow(b, self.codec) for b in batches]
-        self.asked = [k for k, _ in decoded]
-        keys = np.concatenate(self.asked) if self.asked else np.zeros(0, dtype=self.codec.dtype)
+        keys = np.concatenate([k for k, _ in decoded]) if decoded else np.zeros(0, dtype=self.codec.dtype)
         occ = np.concatenate([o for _, o in decoded]) if decoded else np.zeros(0, dtype=np.int64)
-        known = self.visited.lookup(keys) >= 0
-        cand, cand_occ = keys[~known], occ[~known]
-        order = np.argsort(cand_occ, kind="stable")
-        uniq, first_idx = np.unique(cand[order], return_index=True)
-        new_keys, new_occ = uniq, cand_occ[order][first_idx]
-        by_occ = np.argsort(new_occ, kind="stable")
-        new_keys, new_occ = new_keys[by_occ], new_occ[by_occ]
-        ids, _ = self.visited.insert(new_keys)
-        self.new_local = ids
-        self.new_keys = new_keys
+        local = self.visited.lookup(keys)  # -1: new to this owner
+        unknown = np.flatnonzero(local < 0)
+        order = unknown[np.argsort(occ[unknown], kind="stable")]
+        uniq, first_idx, inv = np.unique(keys[order], return_index=True, return_inverse=True)
+        by_occ = np.argsort(occ[order][first_idx], kind="stable")  # the new states in order of first occurrence
+        self.new_keys, new_occ = uniq[by_occ], occ[order][first_idx][by_occ]
+        self.new_local, _ = self.visited.insert(self.new_keys)
+        rank = np.empty(by_occ.shape[0], dtype=np.int64)
+        rank[by_occ] = np.arange(by_occ.shape[0], dtype=np.int64)
+        local[order] = self.new_local[rank[inv.reshape(-1)]]
+        # local ids of the keys each source asked about, for the answer once the global ids are known
+        self.asked = np.split(local, np.cumsum([k.shape[0] for k, _ in decoded])[:-1])
         self.stats["lookup_s"] += time.perf_counter() - t
         return new_occ
 
@@ -196,7 +200,7 @@ class PartitionActor:
         """Owner side: record the new states' global ids; the global ids of the keys each source asked about."""
         self._grow(self.new_local, new_gids)
         self.frontier = (new_gids, self.new_keys)
-        out = [self.gids[self.visited.lookup(k)] for k in self.asked]
+        out = [self.gids[ids] for ids in self.asked]
         return out if self.workers > 1 else out[0]
 
     def store(self, *answers: np.ndarray) -> None:
