@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
 from distmc.check.checker import check
 from distmc.errors import DistmcError
+from distmc.explore.checkpoint import Checkpoint
+from distmc.explore.limits import Limits, parse_duration, parse_memory
 from distmc.explore.local import explore_local
 from distmc.pipeline import Job
 
@@ -21,6 +24,19 @@ def _const_text(constants: str | dict[str, str] | None) -> str | None:
     if constants is None or isinstance(constants, str):
         return constants
     return ",".join(f"{k}={v}" for k, v in constants.items())
+
+
+def _resumed_job(saved: Job, given: Job, model_path: object, prop: object) -> Job:
+    """The checkpoint's job; what the caller gave as well must agree with it."""
+    if model_path is None and prop is None:
+        return saved
+    if model_path is not None and Path(str(model_path)).resolve() != Path(saved.model_path).resolve():
+        raise DistmcError(f"--resume: the checkpoint is of {saved.model_path}, not {model_path}")
+    if prop is not None and given.prop != saved.prop:
+        raise DistmcError(f"--resume: the checkpointed run checks {saved.prop!r}, not {given.prop!r}")
+    if given.constants is not None and given.constants != saved.constants:
+        raise DistmcError(f"--resume: the checkpointed run has constants {saved.constants!r}, not {given.constants!r}")
+    return saved
 
 
 @dataclass
@@ -43,6 +59,7 @@ class Report:
     timings: dict[str, float] = field(default_factory=dict)
     driver: str = "local"
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor: states, batches, bytes sent, ...
+    restarts: int = 0  # workers lost and replaced from the checkpoint
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -61,8 +78,8 @@ class Report:
 
 
 def verify(
-    model_path: str | Path,
-    prop: str,
+    model_path: str | Path | None,
+    prop: str | None,
     *,
     constants: str | dict[str, str] | None = None,
     policy: str | None = "uniform",
@@ -74,14 +91,19 @@ def verify(
     driver: str | None = None,
     address: str | None = None,
     max_states: int | None = None,
+    max_memory: str | int | None = None,
+    timeout: str | float | None = None,
+    checkpoint_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    progress: Callable[[dict[str, float]], None] | None = None,
     export_path: str | Path | None = None,
     keep_model: bool = False,
 ) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
     Args:
-        model_path: PRISM file (dtmc or mdp).
-        prop: PCTL property, ``P=? [...]`` or ``R{"r"}=? [...]`` (``min``/``max`` optional).
+        model_path: PRISM file (dtmc or mdp); None with ``resume`` (the checkpoint names it).
+        prop: PCTL property, ``P=? [...]`` or ``R{"r"}=? [...]`` (``min``/``max`` optional); None with ``resume``.
         constants: undefined constants, ``"N=3,p=0.1"``.
         policy: ``"uniform"`` or a TorchScript file.
         interface: interface file of the network (features, actions, output).
@@ -91,7 +113,15 @@ def verify(
         workers: number of partitions (Ray actors with the ray driver).
         driver: ``local`` (in-process, one partition) or ``ray``; default: local for one worker and no address.
         address: a Ray cluster to join (``auto`` or ``HOST:PORT``); None starts a local Ray when needed.
-        max_states: stop with :class:`~distmc.errors.ResourceLimitError` beyond this many states.
+        max_states: stop with :class:`~distmc.errors.ResourceLimitError` (and its partial report) beyond this
+            many states.
+        max_memory: the same beyond this much memory (bytes, or a size such as ``"8G"``).
+        timeout: the same after this long (seconds, or ``"15m"``).
+        checkpoint_dir: write every explored level there (Arrow IPC, :mod:`distmc.explore.checkpoint`); a lost
+            worker is then replaced and the run goes on. Uses the Ray driver.
+        resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
+            arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.
+        progress: called after every explored level with a dict (depth, states, frontier, transitions, ...).
         export_path: also write the induced model (``.umb`` or ``.drn``).
         keep_model: also return the :class:`InducedModel`.
 
@@ -102,25 +132,40 @@ def verify(
     """
     if workers < 1:
         raise DistmcError(f"--workers must be at least 1, not {workers}")
+    if not 0.0 <= threshold < 1.0:
+        raise DistmcError(f"--threshold must be in [0, 1), not {threshold}")
+    if resume is None and (model_path is None or prop is None):
+        raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
+    limits = Limits(max_states, parse_memory(max_memory), parse_duration(timeout))
+    t0 = time.perf_counter()
+    job = Job(str(model_path), str(prop), _const_text(constants), policy, None if interface is None else str(interface),
+              mode, threshold, resolve)
+    ckpt: Checkpoint | None = None
+    if resume is not None:
+        if checkpoint_dir is not None and Path(checkpoint_dir).resolve() != Path(resume).resolve():
+            raise DistmcError("--resume DIR goes on writing to DIR: do not give another --checkpoint-dir")
+        ckpt = Checkpoint.open(resume)
+        job = _resumed_job(ckpt.job, job, model_path, prop)
     if driver is None:
-        driver = "local" if workers == 1 and address is None else "ray"
+        driver = "local" if workers == 1 and address is None and resume is None and checkpoint_dir is None else "ray"
     if driver not in ("local", "ray"):
         raise DistmcError(f"--driver must be 'local' or 'ray', not '{driver}'")
     if driver == "local" and workers != 1:
         raise DistmcError("the local driver runs one partition: use --driver ray for --workers > 1")
-    t0 = time.perf_counter()
-    job = Job(str(model_path), prop, _const_text(constants), policy, None if interface is None else str(interface), mode,
-              threshold, resolve)
+    if driver == "local" and (checkpoint_dir is not None or resume is not None):
+        raise DistmcError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
     parts = job.build(explorer=driver == "local")
     model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
+    if checkpoint_dir is not None and ckpt is None:
+        ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names)
     t1 = time.perf_counter()
     if parts.expander is not None:
-        explored = explore_local(parts.expander, codec.pack(model.initial_states), max_states=max_states)
+        explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
     else:
         from distmc.explore.ray_driver import explore_ray
 
         explored = explore_ray(job, codec, codec.pack(model.initial_states), workers, address=address,
-                               max_states=max_states)
+                               limits=limits, checkpoint=ckpt, progress=progress)
     t2 = time.perf_counter()
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     storm_model = to_storm(induced)
@@ -137,14 +182,15 @@ def verify(
         workers=workers,
         driver=driver,
         worker_stats=list(explored.worker_stats),
-        model=str(model_path),
-        property=prop,
+        model=job.model_path,
+        property=job.prop,
         policy=parts.policy.name if parts.policy else (Path(str(policy)).name if parts.uses_policy else "none"),
         induced=induced.kind,
         choices=induced.n_rows,
         initial_states=int(induced.initial.shape[0]),
         depth=int(explored.stats.get("depth", 0)),
         policy_states=int(explored.stats.get("policy_states", 0)),
+        restarts=int(explored.stats.get("restarts", 0)),
         timings={
             "parse_s": t1 - t0,
             "explore_s": t2 - t1,

@@ -1,18 +1,20 @@
 """Command line: ``distmc run MODEL --prop PCTL ...``.
 
 Exit codes: 0 success; 1 other distmc error; 2 bad command line; 3 bad model; 4 unsupported model feature;
-5 bad property; 6 bad policy; 7 resource limit reached; 8 worker failure.
+5 bad property; 6 bad policy; 7 resource limit reached (a partial report is printed, and written with --json);
+8 worker failure. Errors are one line on standard error; ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import traceback
 from importlib import resources
 from pathlib import Path
 
-from distmc.errors import DistmcError
+from distmc.errors import DistmcError, ResourceLimitError
 
 __all__ = ["main"]
 
@@ -21,8 +23,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="distmc", description="Verify RL policies by model checking the induced DTMC.")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="explore, assemble and check")
-    run.add_argument("model", help="PRISM file (dtmc or mdp), or 'example' for the bundled gridworld")
-    run.add_argument("--prop", required=True, help='PCTL property, e.g. \'P=? [F "crash"]\'')
+    run.add_argument("model", nargs="?", default=None,
+                     help="PRISM file (dtmc or mdp), or 'example' for the bundled gridworld (not needed with --resume)")
+    run.add_argument("--prop", default=None,
+                     help='PCTL property, e.g. \'P=? [F "crash"]\' (required unless --resume)')
     run.add_argument("--const", default=None, help="undefined constants, e.g. N=3,p=0.1")
     run.add_argument("--policy", default="uniform",
                      help="'uniform', a TorchScript file, or 'example' for the bundled gridworld policy (N=6)")
@@ -37,7 +41,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="local (in-process) or ray; default: local for one worker and no --address, else ray")
     run.add_argument("--address", default=None,
                      help="Ray cluster to join (auto or HOST:PORT); default: start a local Ray when needed")
-    run.add_argument("--max-states", type=int, default=None, help="stop beyond this many states")
+    run.add_argument("--max-states", type=int, default=None, help="stop beyond this many states (partial report)")
+    run.add_argument("--max-memory", default=None, help="stop beyond this much memory, e.g. 8G (partial report)")
+    run.add_argument("--timeout", default=None, help="stop after this long, e.g. 900, 15m, 2h (partial report)")
+    run.add_argument("--checkpoint-dir", default=None,
+                     help="write every explored level there (Arrow IPC): a lost worker is replaced, and a stopped "
+                          "run continues with --resume (Ray driver)")
+    run.add_argument("--resume", default=None, metavar="DIR",
+                     help="continue the run checkpointed in DIR (model, property and policy come from it)")
+    run.add_argument("--quiet", action="store_true", help="no live progress display")
+    run.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                     help="log records to standard error from this level (info: one record per explored level)")
     run.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -62,32 +76,46 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmc`` command."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.resume is None and (args.model is None or args.prop is None):
+        parser.error("a MODEL and --prop are required (or --resume DIR to continue a checkpointed run)")
     if args.export is not None and Path(args.export).suffix not in (".drn", ".umb"):
         # Checked before the run, not after it: the file's suffix chooses the format.
         parser.error(f"--export {args.export}: the file name must end in .drn or .umb")
+    from distmc.progress import LiveProgress, setup_logging
+
+    setup_logging(args.log_level)
     try:
         from distmc.api import verify
 
         policy, interface = _example_policy(args.policy, args.interface)
-        report = verify(
-            _example_path(args.model),
-            args.prop,
-            constants=args.const,
-            policy=policy,
-            interface=interface,
-            mode=args.mode,
-            threshold=args.threshold,
-            resolve=args.resolve,
-            workers=args.workers,
-            driver=args.driver,
-            address=args.address,
-            max_states=args.max_states,
-            export_path=args.export,
-        )
+        with LiveProgress(enabled=not args.quiet) as progress:
+            report = verify(
+                None if args.model is None else _example_path(args.model),
+                args.prop,
+                constants=args.const,
+                policy=policy,
+                interface=interface,
+                mode=args.mode,
+                threshold=args.threshold,
+                resolve=args.resolve,
+                workers=args.workers,
+                driver=args.driver,
+                address=args.address,
+                max_states=args.max_states,
+                max_memory=args.max_memory,
+                timeout=args.timeout,
+                checkpoint_dir=args.checkpoint_dir,
+                resume=args.resume,
+                progress=progress,
+                export_path=args.export,
+            )
     except DistmcError as exc:
         if args.debug:
             traceback.print_exc()
         print(f"distmc: error: {exc}", file=sys.stderr)
+        if isinstance(exc, ResourceLimitError) and args.json_path:
+            partial = {"partial": True, "error": str(exc), **exc.partial}
+            Path(args.json_path).write_text(json.dumps(partial, indent=2))
         return exc.exit_code
     print(report.summary())  # type: ignore[union-attr]
     if args.json_path:

@@ -50,9 +50,21 @@ class PolicyError(DistmcError):
 
 
 class ResourceLimitError(DistmcError):
-    """A user-set limit (states, memory, time) was reached before the run finished."""
+    """A user-set limit (states, memory, time) was reached before the run finished.
+
+    Attributes:
+        partial: what the run had explored when it stopped (``states``, ``transitions``, ``frontier``, ``depth``,
+            ``elapsed_s``, ``limit``), for the partial report; empty when the limit is not about exploration.
+    """
 
     exit_code = 7
+
+    def __init__(self, message: str, partial: dict[str, float] | None = None) -> None:
+        super().__init__(message)
+        self.partial: dict[str, float] = dict(partial or {})
+
+    def __reduce__(self) -> tuple[object, ...]:  # keeps ``partial`` when it crosses a process (Ray)
+        return (type(self), (str(self), self.partial))
 
 
 class WorkerError(DistmcError):

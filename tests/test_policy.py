@@ -89,11 +89,15 @@ class Bad(torch.nn.Module):
             return torch.full((x.shape[0], 4), -0.25)
         if self.kind == "shape":
             return torch.ones((x.shape[0], 3))
-        return torch.zeros((x.shape[0], 4))
+        if self.kind == "unnormalised":
+            return torch.full((x.shape[0], 4), 0.2)
+        # all mass on "down", which the initial state (y = 0) does not enable
+        return torch.tensor([0.0, 1.0, 0.0, 0.0]).repeat(x.shape[0], 1)
 
 
 @pytest.mark.parametrize(("kind", "needle"), [("nan", "not finite"), ("negative", "negative"),
-                                              ("shape", "shape"), ("zero", "zero probability")])
+                                              ("shape", "shape"), ("zero", "zero probability"),
+                                              ("unnormalised", "summing to 0.8, not 1")])
 def test_bad_network_output_names_state(tmp_path: Path, kind: str, needle: str) -> None:
     f, i = save(tmp_path, Bad(kind), "probabilities")
     with pytest.raises(PolicyError, match=needle) as err:

@@ -25,6 +25,7 @@ import numpy as np
 import stormpy
 import stormpy.logic as sl
 
+from distmc._internal.stderr import storm_quiet
 from distmc.errors import PropertyError
 from distmc.model.expr import CompiledExpr
 from distmc.model.program import Model
@@ -75,13 +76,32 @@ class PropertySpec:
         return f
 
 
+#: Words of the property language itself (PCTL operators, functions, literals).
+_KEYWORDS = {"P", "R", "S", "F", "G", "U", "W", "X", "C", "I", "LRA", "min", "max", "Pmin", "Pmax", "Rmin", "Rmax",
+             "true", "false", "floor", "ceil", "pow", "mod", "log", "multi", "filter", "T"}
+
+
+def _unknown_names(text: str, model: Model) -> list[str]:
+    """Identifiers in ``text`` (outside quoted labels and reward names) that the model does not define."""
+    bare = re.sub(r'"[^"]*"', " ", text)
+    known = {v.name for v in model.variables} | {c.name for c in model.program.constants}
+    return sorted({w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", bare) if w not in known | _KEYWORDS})
+
+
 def _parse(text: str, model: Model) -> Any:
     try:
-        props = stormpy.parse_properties(text, model.program)
+        with storm_quiet():
+            props = stormpy.parse_properties(text, model.program)
     except RuntimeError as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        msg = msg.replace("WrongFormatException: ", "")
-        raise PropertyError(f"cannot parse property '{text}': {msg}") from None
+        unknown = _unknown_names(text, model)
+        if unknown:
+            raise PropertyError(
+                f"property '{text}' names {', '.join(unknown)}: not a variable or constant of "
+                f"{model.path.name} (variables: {', '.join(v.name for v in model.variables)}; labels are written "
+                f'in quotes, as in F "goal")'
+            ) from None
+        lines = [ln.strip() for ln in str(exc).replace("WrongFormatException: ", "").splitlines() if ln.strip()]
+        raise PropertyError(f"cannot parse property '{text}': {' '.join(lines) or repr(exc)}") from None
     if len(props) != 1:
         raise PropertyError(f"expected exactly one property, got {len(props)} in '{text}'")
     return props[0].get_raw_formula()

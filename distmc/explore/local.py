@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-from distmc.errors import ResourceLimitError
 from distmc.explore.expander import Expander
+from distmc.explore.limits import LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored, Partition
 
 __all__ = ["explore_local"]
+
+log = logging.getLogger("distmc.local")
 
 #: States per expansion batch (large enough to amortise numpy call overhead, small enough to bound memory).
 BATCH_STATES = 20_000
@@ -22,10 +25,19 @@ def explore_local(
     initial_keys: np.ndarray,
     *,
     batch_states: int = BATCH_STATES,
-    max_states: int | None = None,
+    limits: Limits | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
 ) -> Explored:
-    """Explore from ``initial_keys`` ``[I]`` to the fixpoint; states are numbered in BFS discovery order."""
+    """Explore from ``initial_keys`` ``[I]`` to the fixpoint; states are numbered in BFS discovery order.
+
+    Args:
+        expander: the expansion step.
+        initial_keys: ``[I]`` packed initial states.
+        batch_states: states per expansion batch.
+        limits: checked after every batch (:class:`~distmc.errors.ResourceLimitError` with a partial report).
+        progress: called after every level with depth, states, frontier, transitions, policy states, elapsed.
+    """
+    check = LimitCheck(limits or Limits())
     part = Partition(expander, expander.codec.dtype)
     initial = part.resolve(initial_keys)
     depth = 0
@@ -36,15 +48,16 @@ def explore_local(
             bids, bkeys = ids[start : start + batch_states], keys[start : start + batch_states]
             rows = part.expand(bkeys)
             part.store(bids, rows, part.resolve(rows.target_keys))
-            if max_states is not None and part.visited.size > max_states:
-                raise ResourceLimitError(
-                    f"exploration passed --max-states {max_states} at depth {depth} "
-                    f"({part.visited.size} states, {part.transitions} transitions, frontier {part.frontier_size})"
-                )
+            check.check(states=part.visited.size, transitions=part.transitions,
+                        frontier=part.frontier_size + ids.shape[0] - start - bids.shape[0], depth=depth)
         depth += 1
+        info = {"depth": depth, "states": part.visited.size, "frontier": part.frontier_size,
+                "transitions": part.transitions, "policy_states": part.policy_states, "memory": rss_bytes(),
+                "elapsed_s": time.perf_counter() - t0}
+        log.info("level depth=%d states=%d frontier=%d transitions=%d memory=%d", depth, info["states"],
+                 info["frontier"], info["transitions"], info["memory"])
         if progress is not None:
-            progress({"depth": depth, "states": part.visited.size, "frontier": part.frontier_size,
-                      "transitions": part.transitions, "elapsed_s": time.perf_counter() - t0})
+            progress(info)
     out = part.result(np.unique(initial))
     out.stats.update({"depth": depth, "policy_states": part.policy_states})
     return out

@@ -24,12 +24,18 @@ Ray's object store. The reducer then places every partition's rows in global ord
 
 from __future__ import annotations
 
+import logging
+import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from distmc.errors import ResourceLimitError, WorkerError
+from distmc.errors import DistmcError, ResourceLimitError, WorkerError
+from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow
+from distmc.explore.checkpoint import Checkpoint, write_level
+from distmc.explore.limits import LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
 from distmc.explore.visited import VisitedSet
 from distmc.model.packing import StateCodec
@@ -56,30 +62,19 @@ def owner_of(words: np.ndarray, w: int) -> np.ndarray:
 def _to_arrow(keys: np.ndarray, occ: np.ndarray, codec: StateCodec) -> Any:
     import pyarrow as pa
 
-    if codec.words == 1:
-        col = pa.array(keys, type=pa.uint64())
-    else:
-        col = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(codec.key_bytes), len(keys), [None, pa.py_buffer(np.ascontiguousarray(keys).tobytes())]
-        )
+    col = keys_to_arrow(keys, codec.dtype)
     return pa.RecordBatch.from_arrays([col, pa.array(occ, type=pa.int64())], names=["key", "occ"])
 
 
 def _from_arrow(batch: Any, codec: StateCodec) -> tuple[np.ndarray, np.ndarray]:
-    col = batch.column(0)
-    if codec.words == 1:
-        keys = col.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
-    else:
-        buf = col.buffers()[1]
-        raw = np.frombuffer(buf, dtype=np.uint8)[col.offset * codec.key_bytes : (col.offset + len(col)) * codec.key_bytes]
-        keys = raw.view(codec.dtype).copy()
-    return keys, batch.column(1).to_numpy(zero_copy_only=False)
+    return keys_from_arrow(batch.column(0), codec.dtype), batch.column(1).to_numpy(zero_copy_only=False)
 
 
 class PartitionActor:
     """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows."""
 
-    def __init__(self, job: Job, rank: int, workers: int, batch_states: int, threads: int) -> None:
+    def __init__(self, job: Job, rank: int, workers: int, batch_states: int, threads: int,
+                 checkpoint_dir: str | None = None, limits: Limits | None = None, start: float | None = None) -> None:
         try:  # one node's cores are shared by the actors on it
             import numba
 
@@ -103,23 +98,31 @@ class PartitionActor:
         self.asked: list[np.ndarray] = []  # per source: local ids of the keys it asked about, in its order
         self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)  # this level's new states: local ids, keys
         self.new_keys: np.ndarray = np.zeros(0, dtype=self.codec.dtype)
-        self.policy_states = 0
-        self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "batches": 0, "bytes_sent": 0}
+        self.policy_states = self.policy_reported = 0
+        self.checkpoint_dir = checkpoint_dir
+        # Time and memory are checked here, after every batch (states are counted by the driver).
+        self.check = None
+        if limits is not None and (limits.timeout is not None or limits.max_memory is not None):
+            self.check = LimitCheck(Limits(max_memory=limits.max_memory, timeout=limits.timeout), start, 1 / workers)
+        self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "checkpoint_s": 0.0,
+                                      "batches": 0, "bytes_sent": 0, "checkpoint_bytes": 0}
 
-    def ready(self) -> str:
-        """The Ray node this actor runs on."""
+    def ready(self) -> dict[str, Any]:
+        """The Ray node and process this actor runs on."""
         import ray
 
         node = ray.get_runtime_context().get_node_id()
         self.stats["node"] = node
-        return str(node)
+        return {"node": str(node), "pid": os.getpid()}
 
     # -- initial states ----------------------------------------------------------------------------------------
 
-    def add_initial(self, keys: np.ndarray, gids: np.ndarray) -> None:
-        ids, new = self.visited.insert(keys)
+    def restore(self, keys: np.ndarray, gids: np.ndarray, frontier: np.ndarray) -> None:
+        """Take in owned states ``keys`` with their global ids; those with ``frontier`` are yet to be expanded."""
+        ids, _ = self.visited.insert(keys)
         self._grow(ids, gids)
-        order = np.argsort(gids, kind="stable")
+        f = np.flatnonzero(frontier)
+        order = f[np.argsort(gids[f], kind="stable")]
         self.frontier = (gids[order], keys[order])
 
     def _grow(self, local: np.ndarray, gids: np.ndarray) -> None:
@@ -143,6 +146,10 @@ class PartitionActor:
             rows = self.expander.expand(bk)
             self.policy_states += rows.policy_states
             self.stats["batches"] += 1
+            if self.check is not None:
+                why = self.check.exceeded()
+                if why is not None:
+                    raise ResourceLimitError(why)
             size0 = seen.size
             uid, _ = seen.insert(rows.target_keys)
             # first occurrences: a new id is first seen where it exceeds every id before it
@@ -203,26 +210,43 @@ class PartitionActor:
         out = [self.gids[ids] for ids in self.asked]
         return out if self.workers > 1 else out[0]
 
-    def store(self, *answers: np.ndarray) -> None:
+    def store(self, *answers: np.ndarray, level: int = 0) -> dict[str, int]:
         """Source side: turn the pending rows' successor keys into global ids, and keep the rows.
 
-        ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it.
+        ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it. With a
+        checkpoint directory the level's rows and new states go to disk (:func:`write_level`) instead of staying
+        in memory. Returns the level's transitions and policy states, and this process's memory.
         """
         t = time.perf_counter()
         gid_of = np.empty(self.n_unique, dtype=np.int64)  # level-unique id -> global id
         for o in range(self.workers):
             gid_of[self.sent[o]] = answers[o]
+        n_rows0, transitions = len(self.rows), 0
         for rows, bg, uid in self.pending:
             target = gid_of[uid]
+            transitions += int(target.shape[0])
             self.rows.append((bg[rows.row_state], rows.row_action, np.diff(rows.branch_offsets), target, rows.prob))
             self.rewards.append(rows.rewards)
             self.flags.append((bg, rows.terminal | rows.deadlock, rows.deadlock))
         self.pending = []
-        self.stats["store_s"] += time.perf_counter() - t
+        t1 = time.perf_counter()
+        self.stats["store_s"] += t1 - t
+        if self.checkpoint_dir is not None:
+            assert n_rows0 == 0, "with checkpoints every level's rows go to disk"
+            self.stats["checkpoint_bytes"] += write_level(
+                self.checkpoint_dir, level, self.rank, self.codec.dtype, (self.new_keys, self.frontier[0]),
+                self.rows, self.rewards, self.flags, self.parts.reward_names)
+            self.rows, self.rewards, self.flags = [], [], []
+            self.stats["checkpoint_s"] += time.perf_counter() - t1
+        delta, self.policy_reported = self.policy_states - self.policy_reported, self.policy_states
+        return {"transitions": transitions, "policy_states": delta, "rss": rss_bytes()}
 
     # -- the end -----------------------------------------------------------------------------------------------
 
-    def result(self) -> dict[str, Any]:
+    def result(self, rows: bool = True) -> dict[str, Any]:
+        """The partition's states and rows (with ``rows=False``, its statistics only: the rows are on disk)."""
+        if not rows:
+            return {"policy_states": self.policy_states, "stats": dict(self.stats, states=self.visited.size)}
         cat = np.concatenate
         return {
             "gids": self.gids[: self.visited.size],
@@ -284,6 +308,13 @@ def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
     )
 
 
+log = logging.getLogger("distmc.ray")
+
+
+class _WorkerLost(Exception):
+    """A worker's process or node is gone (Ray lost the actor or an object it held)."""
+
+
 def explore_ray(
     job: Job,
     codec: StateCodec,
@@ -292,7 +323,10 @@ def explore_ray(
     *,
     address: str | None = None,
     batch_states: int = 20_000,
-    max_states: int | None = None,
+    limits: Limits | None = None,
+    checkpoint: Checkpoint | None = None,
+    progress: Callable[[dict[str, float]], None] | None = None,
+    max_restarts: int = 3,
 ) -> Explored:
     """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
@@ -303,61 +337,199 @@ def explore_ray(
         workers: number of actors (partitions).
         address: a running Ray cluster (``auto`` or ``HOST:PORT``); None starts a local Ray when none is running.
         batch_states: states per expansion batch inside an actor.
-        max_states: stop with :class:`ResourceLimitError` beyond this many states.
+        limits: stop with :class:`ResourceLimitError` (and a partial report) once a limit is passed.
+        checkpoint: write every level to this checkpoint and, if it already holds levels, continue from the last
+            one; a lost worker is then replaced (up to ``max_restarts`` times) and the run goes on.
+        progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
+        max_restarts: how many worker losses a checkpointed run survives.
     """
+    # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
+    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     import ray
 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    # One CPU per actor when the cluster has them (so Ray spreads the actors over its nodes); none when there are
-    # more actors than CPUs, which is allowed (the scaling experiment oversubscribes on purpose).
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    threads = max(1, cpus // workers)
-    actor_cls = ray.remote(num_cpus=1 if cpus >= workers else 0, scheduling_strategy="SPREAD")(PartitionActor)
-    actors: list[Any] = [actor_cls.remote(job, r, workers, batch_states, threads) for r in range(workers)]
+    run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress)
     try:
-        ray.get([a.ready.remote() for a in actors])
-    except Exception as exc:  # an actor failed to build its parts: report the cause, not Ray's wrapper
-        cause = getattr(exc, "cause", None) or exc
-        raise WorkerError(f"a worker could not start: {type(cause).__name__}: {cause}") from exc
-    try:
-        return _run(ray, actors, codec, initial_keys, workers, max_states)
+        return run.run(initial_keys, max_restarts)
     finally:
-        for a in actors:
-            ray.kill(a)
+        run.kill()
 
 
-def _run(ray: Any, actors: list[Any], codec: StateCodec, initial_keys: np.ndarray, workers: int,
-         max_states: int | None) -> Explored:
-    uniq, first = np.unique(initial_keys, return_index=True)
-    init_keys = uniq[np.argsort(first, kind="stable")]
-    init_gids = np.arange(init_keys.shape[0], dtype=np.int64)
-    owner = owner_of(codec.to_words(init_keys), workers)
-    ray.get([a.add_initial.remote(init_keys[owner == o], init_gids[owner == o]) for o, a in enumerate(actors)])
-    n = int(init_keys.shape[0])
-    depth = 0
-    while True:
-        sent = [a.expand.options(num_returns=workers).remote() for a in actors]
+class _RayRun:
+    """The driver's side of one distributed exploration: actors, the level loop, recovery."""
+
+    def __init__(self, ray: Any, job: Job, codec: StateCodec, workers: int, batch_states: int, limits: Limits,
+                 checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None) -> None:
+        self.ray, self.job, self.codec, self.workers = ray, job, codec, workers
+        self.batch_states, self.limits, self.ckpt, self.progress = batch_states, limits, checkpoint, progress
+        self.start = time.time()
+        self.check = LimitCheck(limits, self.start)
+        self.actors: list[Any] = []
+        self.info: list[dict[str, Any]] = []
+        self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.restarts = 0
+        self.frontier = 0
+
+    # -- actors ------------------------------------------------------------------------------------------------
+
+    def spawn(self) -> None:
+        # One CPU per actor when the cluster has them (so Ray spreads the actors over its nodes); none when there
+        # are more actors than CPUs, which is allowed (the scaling experiment oversubscribes on purpose).
+        ray, w = self.ray, self.workers
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        threads = max(1, cpus // w)
+        actor_cls = ray.remote(num_cpus=1 if cpus >= w else 0, scheduling_strategy="SPREAD")(PartitionActor)
+        ckdir = None if self.ckpt is None else str(self.ckpt.directory)
+        self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start)
+                       for r in range(w)]
+        try:
+            self.info = ray.get([a.ready.remote() for a in self.actors])
+        except Exception as exc:  # an actor failed to build its parts: report the cause, not Ray's wrapper
+            cause = getattr(exc, "cause", None) or exc
+            if isinstance(cause, DistmcError):
+                raise cause from None
+            raise WorkerError(f"a worker could not start: {type(cause).__name__}: {cause}") from exc
+
+    def kill(self) -> None:
+        for a in self.actors:
+            try:
+                self.ray.kill(a)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.actors = []
+
+    def get(self, refs: Any) -> Any:
+        """``ray.get``, with a lost worker as :class:`_WorkerLost` and a worker's own error as itself."""
+        ray = self.ray
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ResourceLimitError):  # a worker's time or memory: report the global counts
+                raise self.check.stop(str(cause), states=self.n, transitions=self.transitions,
+                                      frontier=self.frontier, depth=self.depth) from None
+            if isinstance(cause, DistmcError):
+                raise cause from None
+            if isinstance(cause, ray.exceptions.RayError):
+                raise _WorkerLost(str(cause).splitlines()[0]) from exc
+            raise WorkerError(f"a worker failed at depth {self.depth}: {type(cause).__name__}: {cause}") from exc
+        except ray.exceptions.RayError as exc:
+            raise _WorkerLost(str(exc).splitlines()[0]) from exc
+
+    # -- the run -----------------------------------------------------------------------------------------------
+
+    def run(self, initial_keys: np.ndarray, max_restarts: int) -> Explored:
+        self.spawn()
+        if self.ckpt is not None and self.ckpt.level >= 0:
+            self.restore()
+        else:
+            self.begin(initial_keys)
+        while True:
+            try:
+                done = self.level()
+            except _WorkerLost as exc:
+                self.recover(exc, max_restarts)
+                continue
+            if done:
+                break
+        return self.finish()
+
+    def begin(self, initial_keys: np.ndarray) -> None:
+        uniq, first = np.unique(initial_keys, return_index=True)
+        keys = uniq[np.argsort(first, kind="stable")]
+        gids = np.arange(keys.shape[0], dtype=np.int64)
+        if self.ckpt is not None:
+            self.ckpt.write_initial(keys, gids)
+        self.hand_out(keys, gids, np.ones(keys.shape[0], dtype=bool))
+        self.n = self.n_initial = self.frontier = int(keys.shape[0])
+
+    def hand_out(self, keys: np.ndarray, gids: np.ndarray, frontier: np.ndarray) -> None:
+        """Give each actor the states it owns."""
+        owner = owner_of(self.codec.to_words(keys), self.workers)
+        self.get([a.restore.remote(keys[owner == o], gids[owner == o], frontier[owner == o])
+                  for o, a in enumerate(self.actors)])
+
+    def restore(self) -> None:
+        """Go on from the checkpoint's last committed level (a resumed run, or after a lost worker)."""
+        ckpt = self.ckpt
+        assert ckpt is not None
+        ckpt.drop_uncommitted()
+        keys, gids, levels = ckpt.states()
+        m = ckpt.meta
+        self.depth, self.n, self.transitions, self.policy_states = ckpt.level, m["states"], m["transitions"], \
+            m["policy_states"]
+        if gids.shape[0] != self.n:
+            raise DistmcError(f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, "
+                              f"{self.n} in meta.json")
+        self.n_initial = int((levels == 0).sum())
+        frontier = levels == ckpt.level
+        self.frontier = int(frontier.sum())
+        self.hand_out(keys, gids, frontier)
+        log.info("resumed depth=%d states=%d frontier=%d from=%s", self.depth, self.n, self.frontier, ckpt.directory)
+
+    def recover(self, exc: _WorkerLost, max_restarts: int) -> None:
+        if self.ckpt is None:
+            raise WorkerError(
+                f"a worker was lost at depth {self.depth + 1} ({exc}); the {self.n} states explored so far were "
+                f"held by the workers and are lost with the run. Run again with --checkpoint-dir DIR: a lost "
+                f"worker is then replaced and the run goes on from its last finished level (and a stopped run "
+                f"continues with --resume DIR)"
+            ) from None
+        self.restarts += 1
+        if self.restarts > max_restarts:
+            raise WorkerError(
+                f"workers were lost {self.restarts} times (last: {exc}); giving up. Everything up to depth "
+                f"{self.ckpt.level} is in {self.ckpt.directory}: continue with --resume {self.ckpt.directory}"
+            ) from None
+        log.warning("worker lost at depth=%d (%s); restarting %d workers from checkpoint level %d",
+                    self.depth + 1, exc, self.workers, self.ckpt.level)
+        self.kill()
+        self.spawn()
+        self.restore()
+
+    def level(self) -> bool:
+        """One breadth-first level on every actor; True at the fixpoint."""
+        actors, w = self.actors, self.workers
+        sent = [a.expand.options(num_returns=w).remote() for a in actors]
         sent = [s if isinstance(s, list) else [s] for s in sent]
-        news = ray.get([actors[o].lookup.remote(*[sent[s][o] for s in range(workers)]) for o in range(workers)])
-        depth += 1
+        news = self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)]) for o in range(w)])
         occ = np.concatenate(news)
         tag = np.concatenate([np.full(x.shape[0], o, dtype=np.int64) for o, x in enumerate(news)])
         order = np.argsort(occ, kind="stable")
         gids = np.empty(occ.shape[0], dtype=np.int64)
-        gids[order] = n + np.arange(occ.shape[0], dtype=np.int64)
-        answers = [
-            actors[o].answer.options(num_returns=workers).remote(gids[tag == o]) for o in range(workers)
-        ]
+        gids[order] = self.n + np.arange(occ.shape[0], dtype=np.int64)
+        answers = [actors[o].answer.options(num_returns=w).remote(gids[tag == o]) for o in range(w)]
         answers = [x if isinstance(x, list) else [x] for x in answers]
-        ray.get([actors[s].store.remote(*[answers[o][s] for o in range(workers)]) for s in range(workers)])
-        n += int(occ.shape[0])
-        if max_states is not None and n > max_states:
-            raise ResourceLimitError(f"exploration passed --max-states {max_states} at depth {depth} ({n} states)")
-        if occ.shape[0] == 0:
-            break
-    results = ray.get([a.result.remote() for a in actors])
-    out = gather(results, int(init_keys.shape[0]))
-    out.stats.update({"depth": depth, "policy_states": sum(r["policy_states"] for r in results)})
-    out.worker_stats = [r["stats"] for r in results]
-    return out
+        stored = self.get([actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
+                           for s in range(w)])
+        self.depth += 1
+        self.n += int(occ.shape[0])
+        self.frontier = int(occ.shape[0])
+        self.transitions += sum(x["transitions"] for x in stored)
+        self.policy_states += sum(x["policy_states"] for x in stored)
+        if self.ckpt is not None:
+            self.ckpt.commit(self.depth, self.n, self.transitions, self.policy_states)
+        memory = rss_bytes() + sum(x["rss"] for x in stored)
+        info = {"depth": self.depth, "states": self.n, "frontier": self.frontier, "transitions": self.transitions,
+                "policy_states": self.policy_states, "memory": memory, "restarts": self.restarts,
+                "elapsed_s": time.time() - self.start, "worker_pids": [i["pid"] for i in self.info]}
+        log.info("level depth=%d states=%d frontier=%d transitions=%d memory=%d", self.depth, self.n,
+                 self.frontier, self.transitions, memory)
+        if self.progress is not None:
+            self.progress(info)
+        if self.frontier:
+            self.check.check(states=self.n, transitions=self.transitions, frontier=self.frontier, depth=self.depth,
+                             memory=memory)
+        return self.frontier == 0
+
+    def finish(self) -> Explored:
+        if self.ckpt is not None:
+            stats = self.get([a.result.remote(rows=False) for a in self.actors])
+            out = gather(self.ckpt.results(), self.n_initial)
+        else:
+            stats = results = self.get([a.result.remote() for a in self.actors])
+            out = gather(results, self.n_initial)
+            del results
+        out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "restarts": self.restarts})
+        out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(stats, self.info, strict=True)]
+        return out

@@ -26,6 +26,7 @@ import stormpy
 from stormpy import expressions as sx
 from stormpy.developer.storage import PrismModelType
 
+from distmc._internal.stderr import storm_quiet
 from distmc.errors import ModelError, UnsupportedError
 from distmc.model.expr import CompiledExpr, compile_expression, reparseable
 
@@ -182,11 +183,26 @@ def _parse(path: Path) -> Any:
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     try:
-        return stormpy.parse_prism_program(str(path), prism_compatibility=True)
+        with storm_quiet():
+            return stormpy.parse_prism_program(str(path), prism_compatibility=True)
     except RuntimeError as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        msg = msg.replace("WrongFormatException: ", "")
-        raise ModelError(f"{path}: {msg}") from None
+        raise ModelError(f"{path}{_storm_message(str(exc))}") from None
+
+
+def _storm_message(text: str) -> str:
+    """Storm's multi-line parse error as one line: ``:LINE:COL: syntax error: expecting ... (at 'text')``."""
+    lines = [ln.strip() for ln in text.replace("WrongFormatException: ", "").strip().splitlines() if ln.strip()]
+    if not lines:
+        return ": cannot parse"
+    m = re.search(r"Parsing error at (\d+):(\d+):\s*(.*?)(,\s*here:)?$", lines[0])
+    if m is None:
+        return ": " + " ".join(lines)
+    near = f" (at '{lines[1]}')" if len(lines) > 1 and lines[1] != "^" else ""
+    return f":{m.group(1)}:{m.group(2)}: syntax error: {m.group(3)}{near}"
+
+
+#: What ``--const`` accepts as a value: true, false, or arithmetic over number literals.
+_LITERAL = re.compile(r"true|false|[-+*/()\s0-9.eE]*[0-9][-+*/()\s0-9.eE]*")
 
 
 def _instantiate(prog: Any, path: Path, constants: dict[str, str]) -> Any:
@@ -202,8 +218,13 @@ def _instantiate(prog: Any, path: Path, constants: dict[str, str]) -> Any:
         c = known[name]
         if c.defined:
             raise ModelError(f"{path}: constant '{name}' is already defined in the model and cannot be set with --const")
+        # Storm's expression parser crashes the process on an unknown identifier: only literals get to it.
+        if not _LITERAL.fullmatch(text.strip()):
+            raise ModelError(f"{path}: cannot read the value '{text}' of constant '{name}': give a number "
+                             f"(3, 0.1, 1/3, 1e-3) or true/false")
         try:
-            value = parser.parse_from_string(text, True)
+            with storm_quiet():
+                value = parser.parse_from_string(text, True)
         except RuntimeError:
             raise ModelError(f"{path}: cannot read the value '{text}' of constant '{name}'") from None
         if c.expression_variable.has_integer_type() and not value.has_integer_type():

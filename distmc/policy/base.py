@@ -3,7 +3,8 @@
 A policy sees a batch of states and returns one row per state over *its* action list (the interface's, or the
 model's action order by default). :func:`action_distribution` then masks the actions that are not enabled in
 each state and renormalises over the rest; that masking is documented behaviour, not an error. What is an error,
-and stops the run naming the state: a row with NaN/inf, a negative probability, a wrong shape, or zero mass on
+and stops the run naming the state: a row with NaN/inf, a negative probability, probabilities that do not sum to
+1 (within :data:`NORMALISED_TOL`, over all of the policy's actions, before masking), a wrong shape, or zero mass on
 every enabled action.
 """
 
@@ -15,7 +16,10 @@ import numpy as np
 
 from distmc.errors import PolicyError
 
-__all__ = ["Policy", "action_distribution"]
+__all__ = ["NORMALISED_TOL", "Policy", "action_distribution"]
+
+#: How far a row of probabilities may sum from 1 (float32 softmax rounding stays far below this).
+NORMALISED_TOL = 1e-4
 
 
 @runtime_checkable
@@ -80,6 +84,15 @@ def action_distribution(
         if neg.any():
             i = int(np.flatnonzero(neg)[0])
             raise PolicyError(f"policy {policy.name} returned a negative probability {raw[i].tolist()} in state {name(i)}")
+        total = raw.sum(axis=1)
+        off = np.abs(total - 1.0) > NORMALISED_TOL
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            raise PolicyError(
+                f"policy {policy.name} returned probabilities {raw[i].tolist()} summing to {total[i]:.6g}, not 1, in "
+                f"state {name(i)}; if the network's outputs are scores, declare \"output\": \"logits\" in its "
+                f"interface"
+            )
         p = np.where(enabled, raw, 0.0)
     mass = p.sum(axis=1)
     dead = (mass <= 0) & enabled.any(axis=1)

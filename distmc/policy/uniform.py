@@ -10,11 +10,11 @@ __all__ = ["UniformPolicy"]
 class UniformPolicy:
     """Uniform over the enabled actions (masking in :func:`~distmc.policy.base.action_distribution` does the rest)."""
 
-    output = "probabilities"
+    output = "logits"  # equal scores: softmax over the enabled actions gives exactly 1/k each
     name = "uniform"
 
     def __init__(self, actions: list[str]) -> None:
         self.actions = list(actions)
 
     def forward(self, states: np.ndarray) -> np.ndarray:
-        return np.ones((states.shape[0], len(self.actions)))
+        return np.zeros((states.shape[0], len(self.actions)))

@@ -1,0 +1,50 @@
+"""Storm's C++ log output while it parses, caught (:func:`storm_quiet`) instead of printed.
+
+Storm's logger writes straight to file descriptor 1, its errors and warnings too. A parse error is then reported once, as distmc's one-line error, instead of also as Storm's multi-line log; what
+Storm wrote goes to the ``distmc.storm`` logger (shown with ``--log-level debug``), nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+__all__ = ["storm_quiet"]
+
+log = logging.getLogger("distmc.storm")
+
+
+@contextmanager
+def _redirect(stream: object) -> Iterator[None]:
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # no real file (an embedding host): leave it alone
+        yield
+        return
+    stream.flush()  # type: ignore[attr-defined]
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield
+        finally:
+            stream.flush()  # type: ignore[attr-defined]
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace").strip()
+            if text:
+                log.debug("storm: %s", text)
+
+
+@contextmanager
+def storm_quiet() -> Iterator[None]:
+    """Redirect file descriptors 1 and 2 to temporary files for the block; log what was written there."""
+    with ExitStack() as stack:
+        stack.enter_context(_redirect(sys.stdout))
+        stack.enter_context(_redirect(sys.stderr))
+        yield

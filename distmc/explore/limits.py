@@ -1,0 +1,127 @@
+"""User-set limits of a run (``--max-states``, ``--max-memory``, ``--timeout``) and the check that enforces them.
+
+A limit stops exploration cleanly: :class:`~distmc.errors.ResourceLimitError` carries a partial report (states and
+transitions so far, frontier size, depth reached, elapsed time), which the CLI prints and writes with ``--json``.
+The drivers check after every expansion batch, so a run stops within one batch of passing a limit, never by a
+hang or an out-of-memory kill (a batch is at most ``batch_states`` states, whose rows are bounded by the model's
+branching; set ``--max-memory`` with that much headroom below the machine's memory).
+
+Memory is the resident set size of the process that checks (read from ``/proc/self/statm``); under the Ray driver
+each worker checks its own against an even share of ``--max-memory`` and the driver checks the sum of its own and
+the workers' after every level. The reducer and Storm's check, which run after exploration, are not bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import time
+from dataclasses import dataclass
+
+from distmc.errors import DistmcError, ResourceLimitError
+
+__all__ = ["LimitCheck", "Limits", "parse_duration", "parse_memory", "rss_bytes"]
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
+          "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+
+
+def parse_memory(text: str | int | None) -> int | None:
+    """``"8G"``, ``"500M"``, ``"1.5GiB"`` or a number of bytes -> bytes (binary units)."""
+    if text is None or isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if m is None or m.group(2).upper() not in _UNITS:
+        raise DistmcError(f"--max-memory {text!r}: expected a size such as 8G, 512M or 1073741824")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if value <= 0:
+        raise DistmcError(f"--max-memory {text!r} must be positive")
+    return value
+
+
+def parse_duration(text: str | float | None) -> float | None:
+    """``"90"``, ``"90s"``, ``"15m"``, ``"2h"`` -> seconds."""
+    if text is None or isinstance(text, int | float):
+        return None if text is None else float(text)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", text)
+    if m is None:
+        raise DistmcError(f"--timeout {text!r}: expected seconds, or a number with s, m or h (e.g. 15m)")
+    value = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    if value <= 0:
+        raise DistmcError(f"--timeout {text!r} must be positive")
+    return value
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process in bytes (peak RSS where ``/proc`` is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits of a run; None: unlimited."""
+
+    max_states: int | None = None
+    max_memory: int | None = None  # bytes
+    timeout: float | None = None  # seconds
+
+    def __post_init__(self) -> None:
+        if self.max_states is not None and self.max_states < 1:
+            raise DistmcError(f"--max-states must be at least 1, not {self.max_states}")
+
+    @property
+    def any(self) -> bool:
+        return self.max_states is not None or self.max_memory is not None or self.timeout is not None
+
+
+class LimitCheck:
+    """Raises :class:`ResourceLimitError` with a partial report once a limit is passed.
+
+    Args:
+        limits: the limits.
+        start: ``time.time()`` when the run started (wall clock, comparable across processes).
+        memory_share: fraction of ``max_memory`` this process may use (a Ray worker's share).
+    """
+
+    def __init__(self, limits: Limits, start: float | None = None, memory_share: float = 1.0) -> None:
+        self.limits = limits
+        self.start = time.time() if start is None else start
+        self.memory = None if limits.max_memory is None else limits.max_memory * memory_share
+
+    def exceeded(self, *, states: int = 0, memory: int | None = None) -> str | None:
+        """Which limit has been passed (a phrase for the message), or None.
+
+        Args:
+            states: states found so far (ignored where this process does not count them: pass 0).
+            memory: bytes in use; None: this process's RSS.
+        """
+        lim = self.limits
+        if lim.max_states is not None and states > lim.max_states:
+            return f"passed --max-states {lim.max_states}"
+        if lim.timeout is not None and time.time() - self.start > lim.timeout:
+            return f"passed --timeout {lim.timeout:g} s"
+        if self.memory is not None:
+            used = rss_bytes() if memory is None else memory
+            if used > self.memory:
+                return f"passed --max-memory ({used / 2**20:.0f} MiB in use, limit {self.memory / 2**20:.0f} MiB)"
+        return None
+
+    def stop(self, why: str, *, states: int, transitions: int, frontier: int, depth: int) -> ResourceLimitError:
+        """The error that ends the run, with its partial report."""
+        partial = {"states": states, "transitions": transitions, "frontier": frontier, "depth": depth,
+                   "elapsed_s": round(time.time() - self.start, 3)}
+        return ResourceLimitError(
+            f"exploration stopped: {why} at depth {depth} ({states} states, {transitions} transitions, "
+            f"frontier {frontier}); nothing was checked", partial
+        )
+
+    def check(self, *, states: int, transitions: int, frontier: int, depth: int, memory: int | None = None) -> None:
+        """Raise :class:`ResourceLimitError` if a limit has been passed; ``memory`` as in :meth:`exceeded`."""
+        why = self.exceeded(states=states, memory=memory)
+        if why is not None:
+            raise self.stop(why, states=states, transitions=transitions, frontier=frontier, depth=depth)

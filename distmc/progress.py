@@ -1,0 +1,70 @@
+"""Live progress of a run on the terminal (rich), and the logging set-up of the command line.
+
+The drivers call a progress function after every breadth-first level with a dict (``depth``, ``states``,
+``frontier``, ``transitions``, ``policy_states``, ``memory``, ``elapsed_s``, and under the Ray driver
+``restarts``); :class:`LiveProgress` shows it as one line on standard error that is redrawn in place and removed
+at the end. It shows only on a terminal and never with ``--quiet``; scripts get the same figures as log records
+with ``--log-level info`` (``distmc.local`` / ``distmc.ray`` loggers, ``key=value`` fields).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from types import TracebackType
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+__all__ = ["LiveProgress", "setup_logging"]
+
+
+def setup_logging(level: str) -> None:
+    """Log records of distmc at ``level`` and above to standard error, one line each."""
+    logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("distmc").setLevel(level.upper())
+
+
+def _si(x: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.2f}{unit}"
+    return f"{x:.0f}"
+
+
+class LiveProgress:
+    """A one-line live display of a run's progress; a no-op unless ``enabled`` and standard error is a terminal."""
+
+    def __init__(self, enabled: bool = True, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.enabled = enabled and self.console.is_terminal
+        self.live: Live | None = None
+
+    def __enter__(self) -> LiveProgress:
+        if self.enabled:
+            self.live = Live(Text("exploring ..."), console=self.console, transient=True, refresh_per_second=4)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        if self.live is not None:
+            self.live.__exit__(et, ev, tb)
+            self.live = None
+
+    @staticmethod
+    def render(info: dict[str, float]) -> str:
+        """The line shown for one progress report."""
+        rate = info["transitions"] / info["elapsed_s"] if info.get("elapsed_s") else 0.0
+        line = (f"depth {info['depth']:.0f} | states {_si(info['states'])} | frontier {_si(info['frontier'])} | "
+                f"transitions {_si(info['transitions'])} ({_si(rate)}/s) | policy {_si(info.get('policy_states', 0))}"
+                f" states")
+        if "memory" in info:
+            line += f" | memory {info['memory'] / 2**20:,.0f} MiB"
+        if info.get("restarts"):
+            line += f" | workers replaced {info['restarts']:.0f}"
+        return line
+
+    def __call__(self, info: dict[str, float]) -> None:
+        if self.live is not None:
+            self.live.update(Text(self.render(info)))
