@@ -25,22 +25,6 @@ def test_monolithic_gives_min_max(tmp_path: Path) -> None:
     assert r["min"] <= r["max"]
 
 
-@pytest.mark.parametrize(
-    ("args", "code", "needle"),
-    [
-        (["run", "example", "--prop", 'P=? [F "crash"]'], 3, "undefined constant"),
-        (["run", "example", "--const", "N=4", "--prop", 'P=? [F "nope"]'], 5, "nope"),
-        (["run", "example", "--const", "N=4", "--prop", "P=? [F"], 5, "cannot parse"),
-        (["run", "missing.prism", "--prop", "P=? [F true]"], 3, "no such model file"),
-        (["run", "example", "--const", "N=4", "--prop", 'P=? [F "crash"]', "--policy", "nope.pt"], 6, "no such policy"),
-    ],
-)
-def test_bad_input_one_line(args: list[str], code: int, needle: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(args) == code
-    err = capsys.readouterr().err.strip()
-    assert needle in err and "Traceback" not in err and len(err.splitlines()) == 1
-
-
 def test_export_umb_and_drn(tmp_path: Path) -> None:
     for suffix in (".umb", ".drn"):
         f = tmp_path / f"m{suffix}"

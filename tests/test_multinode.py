@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,25 +24,55 @@ POLICY = dict(policy=str(EXAMPLES / "gridworld_policy.pt"), interface=EXAMPLES /
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
+def cluster() -> Iterator[Any]:
     c = start(nodes=3)
     try:
-        yield c.address
+        yield c
     finally:
         if ray.is_initialized():
             ray.shutdown()
         c.shutdown()
 
 
-def test_three_nodes_identical_model(cluster: str) -> None:
+def test_three_nodes_identical_model(cluster: Any) -> None:
     ref = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=5", **POLICY, keep_model=True)
     assert isinstance(ref, tuple)
-    got = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=5", **POLICY, workers=3, address=cluster,
+    got = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=5", **POLICY, workers=3, address=cluster.address,
                  keep_model=True)
     assert isinstance(got, tuple)
     (r0, m0), (r, m) = ref, got
     assert r.driver == "ray"
     assert len({w["node"] for w in r.worker_stats}) == 3  # one actor per node: batches crossed between raylets
+    assert (r.states, r.transitions, r.result) == (r0.states, r0.transitions, r0.result)
+    for f in ("row_offsets", "targets", "prob", "keys"):
+        assert np.array_equal(getattr(m, f), getattr(m0, f))
+
+
+def test_worker_process_killed_and_node_lost_on_a_cluster(cluster: Any, tmp_path: Path) -> None:
+    """Worker faults on a real 3-node cluster: one worker's process is killed, then a whole node is removed.
+
+    The last test of the module: it leaves the cluster a node short.
+    """
+    c = cluster
+    ref = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=6", **POLICY, keep_model=True)
+    assert isinstance(ref, tuple)
+    (r0, m0), events = ref, []
+    head = c.head_node.node_id
+
+    def fault(info: dict) -> None:
+        if info["depth"] == 2 and not events:  # kill worker 1's process
+            os.kill(info["worker_pids"][1], signal.SIGKILL)
+            events.append("kill")
+        elif info["depth"] == 5 and len(events) == 1:  # lose a node that runs a worker (not the head)
+            node = next(n for n in c.worker_nodes if n.node_id in info["worker_nodes"] and n.node_id != head)
+            c.remove_node(node)
+            events.append("node")
+
+    got = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=6", **POLICY, workers=3, address=c.address,
+                 checkpoint_dir=tmp_path / "ck", progress=fault, keep_model=True)
+    assert isinstance(got, tuple)
+    r, m = got
+    assert events == ["kill", "node"] and r.restarts == 2
     assert (r.states, r.transitions, r.result) == (r0.states, r0.transitions, r0.result)
     for f in ("row_offsets", "targets", "prob", "keys"):
         assert np.array_equal(getattr(m, f), getattr(m0, f))

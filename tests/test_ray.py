@@ -61,9 +61,3 @@ def test_cli_workers_json(tmp_path: Path) -> None:
     rep = json.loads(out.read_text())
     assert rep["workers"] == 2 and rep["driver"] == "ray" and len(rep["worker_stats"]) == 2
     assert {"states", "batches", "bytes_sent", "expand_s", "lookup_s", "store_s"} <= set(rep["worker_stats"][0])
-
-
-def test_local_driver_refuses_many_workers(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "example", "--const", "N=4", "--prop", 'P=? [F "crash"]', "--workers", "2", "--driver",
-                 "local"]) == 1
-    assert "--driver ray" in capsys.readouterr().err

@@ -19,20 +19,21 @@ log = logging.getLogger("distmc.storm")
 
 
 @contextmanager
-def _redirect(stream: object) -> Iterator[None]:
+def _redirect(fd: int, stream: object) -> Iterator[None]:
     try:
-        fd = stream.fileno()  # type: ignore[attr-defined]
-    except (AttributeError, OSError, ValueError):  # no real file (an embedding host): leave it alone
+        stream.flush()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        pass
+    try:
+        saved = os.dup(fd)
+    except OSError:  # no such descriptor (an embedding host): leave it alone
         yield
         return
-    stream.flush()  # type: ignore[attr-defined]
-    saved = os.dup(fd)
     with tempfile.TemporaryFile() as tmp:
         os.dup2(tmp.fileno(), fd)
         try:
             yield
         finally:
-            stream.flush()  # type: ignore[attr-defined]
             os.dup2(saved, fd)
             os.close(saved)
             tmp.seek(0)
@@ -45,6 +46,6 @@ def _redirect(stream: object) -> Iterator[None]:
 def storm_quiet() -> Iterator[None]:
     """Redirect file descriptors 1 and 2 to temporary files for the block; log what was written there."""
     with ExitStack() as stack:
-        stack.enter_context(_redirect(sys.stdout))
-        stack.enter_context(_redirect(sys.stderr))
+        stack.enter_context(_redirect(1, sys.stdout))
+        stack.enter_context(_redirect(2, sys.stderr))
         yield

@@ -43,6 +43,9 @@ from distmc.pipeline import Job
 
 __all__ = ["explore_ray", "owner_of"]
 
+#: How long the workers may take to start (build their model, kernel and policy) before the run gives up.
+START_TIMEOUT_S = 300
+
 #: Branches of one state must stay below this (the first-occurrence position packs the branch index in 20 bits).
 OCC_SHIFT = 20
 
@@ -376,14 +379,18 @@ class _RayRun:
         # One CPU per actor when the cluster has them (so Ray spreads the actors over its nodes); none when there
         # are more actors than CPUs, which is allowed (the scaling experiment oversubscribes on purpose).
         ray, w = self.ray, self.workers
-        cpus = int(ray.cluster_resources().get("CPU", 1))
+        # CPUs of the nodes alive now (after a lost node, the cluster's totals may still count it for a while)
+        cpus = int(sum(n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")) or 1)
         threads = max(1, cpus // w)
         actor_cls = ray.remote(num_cpus=1 if cpus >= w else 0, scheduling_strategy="SPREAD")(PartitionActor)
         ckdir = None if self.ckpt is None else str(self.ckpt.directory)
         self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start)
                        for r in range(w)]
         try:
-            self.info = ray.get([a.ready.remote() for a in self.actors])
+            self.info = ray.get([a.ready.remote() for a in self.actors], timeout=START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise WorkerError(f"the {w} workers did not all start within {START_TIMEOUT_S} s: the cluster lacks the "
+                              f"resources for them (see `ray status`)") from None
         except Exception as exc:  # an actor failed to build its parts: report the cause, not Ray's wrapper
             cause = getattr(exc, "cause", None) or exc
             if isinstance(cause, DistmcError):
@@ -512,7 +519,8 @@ class _RayRun:
         memory = rss_bytes() + sum(x["rss"] for x in stored)
         info = {"depth": self.depth, "states": self.n, "frontier": self.frontier, "transitions": self.transitions,
                 "policy_states": self.policy_states, "memory": memory, "restarts": self.restarts,
-                "elapsed_s": time.time() - self.start, "worker_pids": [i["pid"] for i in self.info]}
+                "elapsed_s": time.time() - self.start, "worker_pids": [i["pid"] for i in self.info],
+                "worker_nodes": [i["node"] for i in self.info]}
         log.info("level depth=%d states=%d frontier=%d transitions=%d memory=%d", self.depth, self.n,
                  self.frontier, self.transitions, memory)
         if self.progress is not None:

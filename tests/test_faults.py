@@ -1,0 +1,143 @@
+"""Never wrong, never lost: limits end in a partial report, checkpoints survive killed workers and resume runs.
+
+The Ray tests kill a worker's process (SIGKILL) between levels from the progress callback, so the next level
+meets a dead actor; with a checkpoint the run must replace it and finish with the identical model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distmc.api import verify
+from distmc.cli import main
+from distmc.errors import DistmcError, ResourceLimitError, WorkerError
+from distmc.explore.limits import parse_duration, parse_memory
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "distmc" / "examples"
+EXAMPLE = EXAMPLES / "gridworld.prism"
+POLICY = dict(policy=str(EXAMPLES / "gridworld_policy.pt"), interface=EXAMPLES / "gridworld_policy.json")
+PROP = 'P=? [F "crash"]'
+FIELDS = ("row_groups", "row_offsets", "targets", "prob", "row_action", "keys", "initial")
+
+
+def same_model(a: object, b: object) -> None:
+    for f in FIELDS:
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple[object, object]:
+    got = verify(EXAMPLE, PROP, constants="N=7", **POLICY, keep_model=True)
+    assert isinstance(got, tuple)
+    return got
+
+
+# -- limits (in-process driver) ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "needle"), [({"max_states": 300}, "--max-states 300"),
+                                                ({"timeout": 1e-6}, "--timeout"),
+                                                ({"max_memory": "1M"}, "--max-memory")])
+def test_limit_stops_with_partial_report(kwargs: dict[str, object], needle: str) -> None:
+    with pytest.raises(ResourceLimitError, match=needle) as err:
+        verify(EXAMPLE, PROP, constants="N=7", **POLICY, **kwargs)  # type: ignore[arg-type]
+    p = err.value.partial
+    assert set(p) == {"states", "transitions", "frontier", "depth", "elapsed_s"}
+    assert p["states"] > 0 and p["transitions"] > 0 and p["frontier"] > 0
+    if "max_states" in kwargs:
+        assert p["states"] > 300
+
+
+def test_cli_limit_writes_partial_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    assert main(["run", "example", "--const", "N=7", "--prop", PROP, "--max-states", "100", "--json", str(out),
+                 "--quiet"]) == 7
+    rep = json.loads(out.read_text())
+    assert rep["partial"] is True and rep["states"] > 100 and rep["depth"] >= 1
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_parse_sizes_and_durations() -> None:
+    assert parse_memory("1.5G") == 3 << 29 and parse_memory("512M") == 512 << 20 and parse_memory("4096") == 4096
+    assert parse_duration("15m") == 900 and parse_duration("2h") == 7200 and parse_duration("90") == 90
+    for bad in ("lots", "-1G", "0"):
+        with pytest.raises(DistmcError):
+            parse_memory(bad)
+
+
+# -- checkpoints and worker loss (Ray driver) ----------------------------------------------------------------------
+
+ray = pytest.importorskip("ray", reason="the Ray driver needs ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def killer(at_depths: tuple[int, ...], rank: int = 1) -> tuple[Callable[[dict], None], list[int]]:
+    """A progress callback that SIGKILLs worker ``rank``'s process after each level in ``at_depths``."""
+    killed: list[int] = []
+
+    def progress(info: dict) -> None:
+        if info["depth"] in at_depths and info["depth"] not in killed:
+            os.kill(info["worker_pids"][rank], signal.SIGKILL)
+            killed.append(info["depth"])
+
+    return progress, killed
+
+
+def test_killed_workers_are_replaced_from_checkpoints(local_ray: None, reference: tuple, tmp_path: Path) -> None:
+    r0, m0 = reference
+    progress, killed = killer((3, 7))
+    got = verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=2, checkpoint_dir=tmp_path / "ck",
+                 progress=progress, keep_model=True)
+    assert isinstance(got, tuple)
+    r, m = got
+    assert killed == [3, 7] and r.restarts == 2
+    assert (r.states, r.transitions, r.result) == (r0.states, r0.transitions, r0.result)
+    same_model(m, m0)
+
+
+def test_killed_worker_without_checkpoint_says_what_was_lost(local_ray: None) -> None:
+    progress, killed = killer((2,))
+    with pytest.raises(WorkerError, match="lost at depth 3.*--checkpoint-dir"):
+        verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=2, progress=progress)
+    assert killed == [2]
+
+
+def test_stopped_run_resumes_with_other_worker_count(local_ray: None, reference: tuple, tmp_path: Path) -> None:
+    r0, m0 = reference
+    ck = tmp_path / "ck"
+    with pytest.raises(ResourceLimitError):
+        verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=2, checkpoint_dir=ck, max_states=500)
+    meta = json.loads((ck / "meta.json").read_text())
+    assert 0 < meta["level"] and meta["states"] > 500
+    got = verify(None, None, resume=ck, workers=3, keep_model=True)
+    assert isinstance(got, tuple)
+    r, m = got
+    assert (r.states, r.transitions, r.result, r.policy_states) == (r0.states, r0.transitions, r0.result,
+                                                                    r0.policy_states)
+    same_model(m, m0)
+
+
+def test_resume_refuses_changed_inputs(local_ray: None, tmp_path: Path) -> None:
+    model = tmp_path / "grid.prism"
+    shutil.copy(EXAMPLE, model)
+    ck = tmp_path / "ck"
+    with pytest.raises(ResourceLimitError):
+        verify(model, PROP, constants="N=5", workers=1, checkpoint_dir=ck, max_states=50)
+    with pytest.raises(DistmcError, match="not 'P=\\? \\[F \"goal\"\\]'"):
+        verify(model, 'P=? [F "goal"]', resume=ck)
+    model.write_text(model.read_text().replace("slip = 0.1", "slip = 0.2"))
+    with pytest.raises(DistmcError, match="has changed"):
+        verify(None, None, resume=ck)
