@@ -141,3 +141,30 @@ def test_resume_refuses_changed_inputs(local_ray: None, tmp_path: Path) -> None:
     model.write_text(model.read_text().replace("slip = 0.1", "slip = 0.2"))
     with pytest.raises(DistmcError, match="has changed"):
         verify(None, None, resume=ck)
+
+
+# -- progress ------------------------------------------------------------------------------------------------------
+
+def test_live_progress_shows_each_level() -> None:
+    import io
+
+    from rich.console import Console
+
+    from distmc.progress import LiveProgress
+
+    buf = io.StringIO()
+    seen: list[dict] = []
+    with LiveProgress(console=Console(file=buf, force_terminal=True, width=200)) as live:
+        assert live.enabled
+
+        def progress(info: dict) -> None:
+            seen.append(info)
+            live(info)
+
+        verify(EXAMPLE, PROP, constants="N=7", **POLICY, progress=progress)
+    assert [i["depth"] for i in seen] == list(range(1, len(seen) + 1)) and seen[-1]["frontier"] == 0
+    assert all(seen[k]["states"] <= seen[k + 1]["states"] for k in range(len(seen) - 1))
+    line = LiveProgress.render(seen[-1])
+    assert line.startswith(f"depth {len(seen)} | states ") and "MiB" in line
+    assert "depth" in buf.getvalue()
+    assert not LiveProgress(console=Console(file=io.StringIO())).enabled  # not a terminal: nothing shown
