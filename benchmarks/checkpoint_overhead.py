@@ -6,7 +6,7 @@ model (states, transitions, value). The checkpoint directory is removed after ea
 
 Usage (from the repository root)::
 
-    python benchmarks/checkpoint_overhead.py --const xMax=7,yMax=7,slickness=0.1 --workers 2 --repeat 2
+    python benchmarks/checkpoint_overhead.py --const xMax=8,yMax=8,slickness=0.1 --workers 2 --repeat 2
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _disk_bytes(d: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(DEFAULT_MODEL))
-    ap.add_argument("--const", default="xMax=7,yMax=7,slickness=0.1")
+    ap.add_argument("--const", default="xMax=8,yMax=8,slickness=0.1")
     ap.add_argument("--prop", default="P=? [F<=100 COLLISION=true]")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)

@@ -96,6 +96,7 @@ def verify(
     checkpoint_dir: str | Path | None = None,
     resume: str | Path | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
+    gpus_per_worker: float | None = None,
     export_path: str | Path | None = None,
     keep_model: bool = False,
 ) -> Report | tuple[Report, InducedModel]:
@@ -122,6 +123,8 @@ def verify(
         resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
             arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.
         progress: called after every explored level with a dict (depth, states, frontier, transitions, ...).
+        gpus_per_worker: Ray driver: the GPU share each worker asks for (None: the cluster's GPUs split evenly
+            over the workers, at most one each; 0: policies on the CPU).
         export_path: also write the induced model (``.umb`` or ``.drn``).
         keep_model: also return the :class:`InducedModel`.
 
@@ -165,7 +168,7 @@ def verify(
         from distmc.explore.ray_driver import explore_ray
 
         explored = explore_ray(job, codec, codec.pack(model.initial_states), workers, address=address,
-                               limits=limits, checkpoint=ckpt, progress=progress)
+                               limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker)
     t2 = time.perf_counter()
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     storm_model = to_storm(induced)

@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="local (in-process) or ray; default: local for one worker and no --address, else ray")
     run.add_argument("--address", default=None,
                      help="Ray cluster to join (auto or HOST:PORT); default: start a local Ray when needed")
+    run.add_argument("--gpus-per-worker", type=float, default=None,
+                     help="Ray driver: GPU share per worker for its policy replica (default: the cluster's GPUs "
+                          "split over the workers, at most 1 each; 0: CPU only)")
     run.add_argument("--max-states", type=int, default=None, help="stop beyond this many states (partial report)")
     run.add_argument("--max-memory", default=None, help="stop beyond this much memory, e.g. 8G (partial report)")
     run.add_argument("--timeout", default=None, help="stop after this long, e.g. 900, 15m, 2h (partial report)")
@@ -107,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint_dir=args.checkpoint_dir,
                 resume=args.resume,
                 progress=progress,
+                gpus_per_worker=args.gpus_per_worker,
                 export_path=args.export,
             )
     except DistmcError as exc:

@@ -168,3 +168,12 @@ def test_live_progress_shows_each_level() -> None:
     assert line.startswith(f"depth {len(seen)} | states ") and "MiB" in line
     assert "depth" in buf.getvalue()
     assert not LiveProgress(console=Console(file=io.StringIO())).enabled  # not a terminal: nothing shown
+
+
+def test_gpu_share() -> None:
+    from distmc.explore.ray_driver import gpu_share
+
+    assert gpu_share(0, 4) == 0 and gpu_share(1, 4) == 0.25 and gpu_share(8, 4) == 1.0 and gpu_share(1, 1) == 1.0
+    assert gpu_share(1, 4, 0) == 0 and gpu_share(0, 4, 0.5) == 0.5
+    with pytest.raises(DistmcError, match="--gpus-per-worker"):
+        gpu_share(1, 4, 1.5)

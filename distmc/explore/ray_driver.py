@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,7 @@ from distmc.explore.visited import VisitedSet
 from distmc.model.packing import StateCodec
 from distmc.pipeline import Job
 
-__all__ = ["explore_ray", "owner_of"]
+__all__ = ["explore_ray", "gpu_share", "owner_of"]
 
 #: How long the workers may take to start (build their model, kernel and policy) before the run gives up.
 START_TIMEOUT_S = 300
@@ -116,6 +117,7 @@ class PartitionActor:
 
         node = ray.get_runtime_context().get_node_id()
         self.stats["node"] = node
+        self.stats["start_rss"] = rss_bytes()  # model, kernel and policy replica loaded
         return {"node": str(node), "pid": os.getpid()}
 
     # -- initial states ----------------------------------------------------------------------------------------
@@ -248,8 +250,18 @@ class PartitionActor:
 
     def result(self, rows: bool = True) -> dict[str, Any]:
         """The partition's states and rows (with ``rows=False``, its statistics only: the rows are on disk)."""
+        self.stats.update(
+            states=self.visited.size,
+            transitions=sum(int(r[3].shape[0]) for r in self.rows),
+            state_bytes=self.visited.nbytes + self.gids.nbytes,  # visited set + global ids, what a state costs
+            row_bytes=sum(sum(int(a.nbytes) for a in r) for r in self.rows)
+            + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards)
+            + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
+            rss=rss_bytes(),
+            peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
+        )
         if not rows:
-            return {"policy_states": self.policy_states, "stats": dict(self.stats, states=self.visited.size)}
+            return {"policy_states": self.policy_states, "stats": dict(self.stats)}
         cat = np.concatenate
         return {
             "gids": self.gids[: self.visited.size],
@@ -264,7 +276,7 @@ class PartitionActor:
             "loop": cat([f[1] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
             "deadlock": cat([f[2] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
             "policy_states": self.policy_states,
-            "stats": dict(self.stats, states=self.visited.size),
+            "stats": dict(self.stats),
         }
 
 
@@ -314,6 +326,22 @@ def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
 log = logging.getLogger("distmc.ray")
 
 
+def gpu_share(gpus: float, workers: int, requested: float | None = None) -> float:
+    """The GPU share each worker asks Ray for, so that its policy replica runs on a GPU where the cluster has one.
+
+    Automatic (``requested`` None): no GPU, 0; else the cluster's GPUs split evenly over the workers, at most one
+    each (fractional ``num_gpus``: several workers, each with its own replica, share a GPU, and Ray places them on
+    the GPU nodes). ``requested`` overrides it (0 keeps every replica on the CPU).
+    """
+    if requested is not None:
+        if requested < 0 or (requested > 1 and requested != int(requested)):
+            raise DistmcError(f"--gpus-per-worker must be 0, a fraction up to 1, or a whole number, not {requested}")
+        return float(requested)
+    if gpus <= 0:
+        return 0.0
+    return min(1.0, gpus / workers)
+
+
 class _WorkerLost(Exception):
     """A worker's process or node is gone (Ray lost the actor or an object it held)."""
 
@@ -330,6 +358,7 @@ def explore_ray(
     checkpoint: Checkpoint | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
     max_restarts: int = 3,
+    gpus_per_worker: float | None = None,
 ) -> Explored:
     """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
@@ -345,6 +374,7 @@ def explore_ray(
             one; a lost worker is then replaced (up to ``max_restarts`` times) and the run goes on.
         progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
         max_restarts: how many worker losses a checkpointed run survives.
+        gpus_per_worker: the GPU share each actor asks Ray for (:func:`gpu_share`; None: automatic).
     """
     # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
@@ -352,7 +382,7 @@ def explore_ray(
 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress)
+    run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker)
     try:
         return run.run(initial_keys, max_restarts)
     finally:
@@ -363,8 +393,10 @@ class _RayRun:
     """The driver's side of one distributed exploration: actors, the level loop, recovery."""
 
     def __init__(self, ray: Any, job: Job, codec: StateCodec, workers: int, batch_states: int, limits: Limits,
-                 checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None) -> None:
+                 checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
+                 gpus_per_worker: float | None = None) -> None:
         self.ray, self.job, self.codec, self.workers = ray, job, codec, workers
+        self.gpus_per_worker = gpus_per_worker
         self.batch_states, self.limits, self.ckpt, self.progress = batch_states, limits, checkpoint, progress
         self.start = time.time()
         self.check = LimitCheck(limits, self.start)
@@ -380,9 +412,15 @@ class _RayRun:
         # are more actors than CPUs, which is allowed (the scaling experiment oversubscribes on purpose).
         ray, w = self.ray, self.workers
         # CPUs of the nodes alive now (after a lost node, the cluster's totals may still count it for a while)
-        cpus = int(sum(n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")) or 1)
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = int(sum(n["Resources"].get("CPU", 0) for n in alive) or 1)
+        gpus = float(sum(n["Resources"].get("GPU", 0) for n in alive))
         threads = max(1, cpus // w)
-        actor_cls = ray.remote(num_cpus=1 if cpus >= w else 0, scheduling_strategy="SPREAD")(PartitionActor)
+        opts: dict[str, Any] = {"num_cpus": 1 if cpus >= w else 0, "scheduling_strategy": "SPREAD"}
+        share = gpu_share(gpus, w, self.gpus_per_worker)
+        if share:
+            opts["num_gpus"] = share
+        actor_cls = ray.remote(**opts)(PartitionActor)
         ckdir = None if self.ckpt is None else str(self.ckpt.directory)
         self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start)
                        for r in range(w)]
