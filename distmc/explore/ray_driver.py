@@ -108,8 +108,14 @@ class PartitionActor:
         self.check = None
         if limits is not None and (limits.timeout is not None or limits.max_memory is not None):
             self.check = LimitCheck(Limits(max_memory=limits.max_memory, timeout=limits.timeout), start, 1 / workers)
+        # other owners' keys this source has asked about, with their global ids (never asked again)
+        self.cache = VisitedSet(self.codec.dtype)
+        self.cache_gids = np.zeros(0, dtype=np.int64)
+        self.known = np.zeros(0, dtype=np.int64)
+        self.ukeys = np.zeros(0, dtype=self.codec.dtype)
         self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "checkpoint_s": 0.0,
-                                      "batches": 0, "bytes_sent": 0, "checkpoint_bytes": 0}
+                                      "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
+                                      "checkpoint_bytes": 0}
 
     def ready(self) -> dict[str, Any]:
         """The Ray node and process this actor runs on."""
@@ -175,14 +181,26 @@ class PartitionActor:
         ukeys = seen.keys_by_id()
         uocc = np.concatenate(first_occ) if first_occ else np.zeros(0, dtype=np.int64)
         owner = owner_of(self.codec.to_words(ukeys), self.workers)
+        # Keys whose global id this source knows already are not sent: its own states (its visited set) and the
+        # other owners' states it asked about before (its cache). Only keys that may be new states travel.
+        known = np.full(ukeys.shape[0], -1, dtype=np.int64)
+        own = np.flatnonzero(owner == self.rank)
+        loc = self.visited.lookup(ukeys[own])
+        known[own] = np.where(loc >= 0, self.gids[np.maximum(loc, 0)] if self.gids.shape[0] else -1, -1)
+        if self.cache.size:
+            other = np.flatnonzero(owner != self.rank)
+            cid = self.cache.lookup(ukeys[other])
+            known[other] = np.where(cid >= 0, self.cache_gids[np.maximum(cid, 0)], -1)
         out = []
         self.sent = []  # per owner: the level-unique ids sent to it, in the order sent
         for o in range(self.workers):
-            sel = np.flatnonzero(owner == o)
+            sel = np.flatnonzero((owner == o) & (known < 0))
             self.sent.append(sel)
             batch = _to_arrow(ukeys[sel], uocc[sel], self.codec)
-            self.stats["bytes_sent"] += int(batch.nbytes)
+            self.stats["bytes_sent" if o != self.rank else "bytes_self"] += int(batch.nbytes)
+            self.stats["keys_sent" if o != self.rank else "keys_self"] += int(sel.shape[0])
             out.append(batch)
+        self.known, self.ukeys = known, ukeys
         self.n_unique = int(ukeys.shape[0])
         self.stats["expand_s"] += time.perf_counter() - t
         return out if self.workers > 1 else out[0]  # Ray: num_returns=1 is one object, not a list of one
@@ -223,9 +241,17 @@ class PartitionActor:
         in memory. Returns the level's transitions and policy states, and this process's memory.
         """
         t = time.perf_counter()
-        gid_of = np.empty(self.n_unique, dtype=np.int64)  # level-unique id -> global id
+        gid_of = self.known  # level-unique id -> global id
         for o in range(self.workers):
             gid_of[self.sent[o]] = answers[o]
+            if o != self.rank and self.sent[o].shape[0]:  # remember the other owners' answers
+                cid, _ = self.cache.insert(self.ukeys[self.sent[o]])
+                if self.cache.size > self.cache_gids.shape[0]:
+                    grown = np.full(max(self.cache.size, 2 * self.cache_gids.shape[0]), -1, dtype=np.int64)
+                    grown[: self.cache_gids.shape[0]] = self.cache_gids
+                    self.cache_gids = grown
+                self.cache_gids[cid] = answers[o]
+        self.ukeys = self.ukeys[:0]
         n_rows0, transitions = len(self.rows), 0
         for rows, bg, uid in self.pending:
             target = gid_of[uid]
@@ -254,6 +280,7 @@ class PartitionActor:
             states=self.visited.size,
             transitions=sum(int(r[3].shape[0]) for r in self.rows),
             state_bytes=self.visited.nbytes + self.gids.nbytes,  # visited set + global ids, what a state costs
+            cache_bytes=self.cache.nbytes + self.cache_gids.nbytes,
             row_bytes=sum(sum(int(a.nbytes) for a in r) for r in self.rows)
             + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards)
             + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
