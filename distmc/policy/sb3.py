@@ -1,0 +1,108 @@
+"""Stable-Baselines3 PPO, A2C and DQN policies (``.zip`` files, the ``rl`` extra).
+
+What a network gives distmc, per algorithm (a ``Discrete`` action space over the interface's actions):
+
+* PPO and A2C: the logits of the categorical action distribution (the policy's ``action_net`` on the actor's
+  latent features), so stochastic mode uses the trained distribution pi(a|s) = softmax(logits) exactly, and
+  deterministic mode its argmax, which is what ``model.predict(obs, deterministic=True)`` returns.
+* DQN: the Q-values, given as ``"logits"``. A DQN policy is greedy: verify it with ``--mode deterministic``
+  (argmax Q, what ``predict`` returns). Stochastic mode would treat softmax(Q) as the policy, which is a Boltzmann
+  policy, not the trained one.
+
+Security: an SB3 ``.zip`` stores Python objects with cloudpickle (the policy class, spaces, schedules), and
+loading it executes code from the file. distmc therefore loads one only with an explicit opt-in
+(``verify(..., trust_policy=True)``, ``distmc run --trust-policy``) and otherwise stops with a
+:class:`~distmc.errors.PolicyError`. Which algorithm wrote the file is read from its JSON ``data`` entry, which
+involves no unpickling. To verify without trusting the file, export the actor once, where the file is trusted, with
+:func:`distmc.gym.export_policy` (TorchScript plus its interface file) and verify that.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from distmc.errors import PolicyError
+
+__all__ = ["ALGORITHMS", "actor_module", "detect_algorithm", "load_sb3"]
+
+#: The algorithms distmc reads, and the kind of output each gives.
+ALGORITHMS = {"PPO": "logits", "A2C": "logits", "DQN": "logits"}
+
+
+def detect_algorithm(path: str | Path) -> str:
+    """``"PPO"``, ``"A2C"`` or ``"DQN"``, from the JSON ``data`` entry of an SB3 ``.zip`` (nothing unpickled)."""
+    p = Path(path)
+    try:
+        with zipfile.ZipFile(p) as z:
+            data: dict[str, Any] = json.loads(z.read("data"))
+    except (OSError, KeyError, zipfile.BadZipFile, ValueError):
+        raise PolicyError(f"{p}: not a Stable-Baselines3 model file (a .zip with a 'data' entry)") from None
+    module = str(data.get("policy_class", {}).get("__module__", ""))
+    if "exploration_initial_eps" in data or module.startswith("stable_baselines3.dqn"):
+        return "DQN"
+    if "clip_range" in data:
+        return "PPO"
+    if "ent_coef" in data and "n_steps" in data:
+        return "A2C"
+    raise PolicyError(f"{p}: a Stable-Baselines3 model of an algorithm distmc does not read (it reads PPO, A2C, DQN)")
+
+
+def load_sb3(path: str | Path, *, trust: bool, device: str = "cpu") -> Any:
+    """Load an SB3 model (its code runs: only with ``trust``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise PolicyError(f"{p}: no such policy file")
+    algo = detect_algorithm(p)
+    if not trust:
+        raise PolicyError(
+            f"{p}: loading a Stable-Baselines3 .zip unpickles objects stored in it and so runs code from the file; "
+            "pass --trust-policy (verify(..., trust_policy=True)) if you trust it, or export the actor to "
+            "TorchScript with distmc.gym.export_policy"
+        )
+    try:
+        import stable_baselines3 as sb3
+    except ImportError:
+        raise PolicyError(f"{p}: reading Stable-Baselines3 models needs the rl extra: pip install 'distmc[rl]'") from None
+    try:
+        return getattr(sb3, algo).load(str(p), device=device)
+    except Exception as exc:  # noqa: BLE001 - a foreign file: any failure is the file's
+        raise PolicyError(f"{p}: Stable-Baselines3 could not load this {algo} model: {type(exc).__name__}: {exc}") from None
+
+
+def actor_module(algo_model: Any) -> Any:
+    """The network of an SB3 PPO/A2C/DQN model as a plain torch module: observations ``[B, F]`` -> ``[B, A]``.
+
+    PPO/A2C give the action logits, DQN the Q-values (see the module docstring).
+    """
+    import torch
+    from gymnasium import spaces
+
+    policy = algo_model.policy
+    if not isinstance(policy.action_space, spaces.Discrete):
+        raise PolicyError(f"{type(algo_model).__name__} model: distmc needs a Discrete action space, not {policy.action_space}")
+    if not isinstance(policy.observation_space, spaces.Box) or len(policy.observation_space.shape) != 1:
+        raise PolicyError(f"{type(algo_model).__name__} model: distmc needs a flat Box observation space")
+
+    class _Actor(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            if hasattr(policy, "q_net"):
+                self.extractor = policy.q_net.features_extractor
+                self.head = policy.q_net.q_net
+                self.latent: torch.nn.Module | None = None
+            else:
+                self.extractor = policy.pi_features_extractor
+                self.latent = policy.mlp_extractor.policy_net
+                self.head = policy.action_net
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            z = self.extractor(x.float())
+            if self.latent is not None:
+                z = self.latent(z)
+            return self.head(z)
+
+    actor = _Actor().to("cpu").eval()
+    return actor
