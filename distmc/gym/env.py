@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from distmc.errors import DistmcError, ModelError, PolicyError
 from distmc.gym.dynamics import Dynamics, StateTable
 from distmc.model.program import Model, load_model
-from distmc.policy.torchscript import Interface, load_interface
+from distmc.policy.interface import Interface, load_interface
 
 __all__ = ["PrismEnv", "interface_dict"]
 

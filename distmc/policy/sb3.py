@@ -25,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from distmc.errors import PolicyError
+from distmc.model.program import Model
+from distmc.policy.batched import TorchPolicy
+from distmc.policy.interface import Interface
 
-__all__ = ["ALGORITHMS", "actor_module", "detect_algorithm", "load_sb3"]
+__all__ = ["ALGORITHMS", "SB3Policy", "actor_module", "detect_algorithm", "load_sb3"]
 
 #: The algorithms distmc reads, and the kind of output each gives.
 ALGORITHMS = {"PPO": "logits", "A2C": "logits", "DQN": "logits"}
@@ -104,5 +107,36 @@ def actor_module(algo_model: Any) -> Any:
                 z = self.latent(z)
             return self.head(z)
 
-    actor = _Actor().to("cpu").eval()
-    return actor
+    return _Actor().eval()
+
+
+class SB3Policy(TorchPolicy):
+    """The actor of an SB3 PPO/A2C/DQN ``.zip`` (loaded only with ``trust``), evaluated in batches.
+
+    Its output is always ``"logits"`` (PPO/A2C action logits, DQN Q-values), whatever the interface says; the
+    interface gives the features (and scale) the model was trained on and the label of each action index.
+    """
+
+    def __init__(self, path: str | Path, interface: Interface, model: Model, *, trust: bool = False,
+                 device: str | None = None) -> None:
+        self.path = Path(path)
+        iface = Interface(interface.features, interface.actions, "logits", interface.scale)
+        super().__init__(str(self.path), self.path.name, iface, model, device)
+        algo_model = load_sb3(self.path, trust=trust, device=self.device)
+        self.algorithm = type(algo_model).__name__
+        self.name = f"{self.path.name} ({self.algorithm})"
+        obs_space, act_space = algo_model.policy.observation_space, algo_model.policy.action_space
+        self.net = actor_module(algo_model).to(self.device)
+        width = int(obs_space.shape[0]) if getattr(obs_space, "shape", None) else -1
+        if width != len(self.columns):
+            raise PolicyError(
+                f"{self.path}: the model observes {width} values but the interface has {len(self.columns)} features "
+                f"{interface.features}; save the training environment's interface beside it "
+                f"(env.save_interface('{self.path.with_suffix('.json')}'))"
+            )
+        n = int(getattr(act_space, "n", -1))
+        if n != len(self.actions):
+            raise PolicyError(
+                f"{self.path}: the model has {n} actions but the interface lists {len(self.actions)} {self.actions}"
+            )
+        self._ready()
