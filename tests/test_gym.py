@@ -238,3 +238,25 @@ def test_trained_ppo_verifies_without_handwritten_interface(tmp_path: Path) -> N
     est, se = res.probability("goal")
     bounded = verify(GRID, 'P=? [F<=30 "goal"]', constants="N=3", policy=str(pt)).result
     assert abs(est - bounded) <= Z * max(se, 1e-3)
+
+
+def test_maskable_ppo_trains_on_masks_and_verifies_from_zip(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    contrib = pytest.importorskip("sb3_contrib")
+    from distmc.gym import export_policy
+
+    torch.manual_seed(0)
+    env = PrismEnv(GRID, "N=3", reward="steps", done_label=["crash", "goal"], reward_scale=-1.0, max_steps=30,
+                   invalid_action="raise")  # MaskablePPO never picks a disabled action: raising proves it
+    model = contrib.MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cpu",
+                                policy_kwargs={"net_arch": [16]})
+    model.learn(128)
+    model.save(str(tmp_path / "trained.zip"))
+    env.save_interface(tmp_path / "trained.json")
+    prop = 'P=? [F "goal"]'
+    from_zip = verify(GRID, prop, constants="N=3", policy=str(tmp_path / "trained.zip"), trust_policy=True)
+    pt, _ = export_policy(model, tmp_path / "exported.pt", env)
+    from_pt = verify(GRID, prop, constants="N=3", policy=str(pt))
+    assert from_zip.states == from_pt.states
+    assert abs(from_zip.result - from_pt.result) <= 1e-9
+    assert "MaskablePPO" in from_zip.policy

@@ -21,6 +21,7 @@ from distmc.policy.batched import BATCH
 
 gym_env = pytest.importorskip("distmc.gym")
 sb3 = pytest.importorskip("stable_baselines3")
+sb3_contrib = pytest.importorskip("sb3_contrib")
 
 REPO = Path(__file__).resolve().parents[1]
 GRID = REPO / "distmc" / "examples" / "gridworld.prism"
@@ -51,7 +52,11 @@ def copy_into(dst: list[torch.nn.Linear], net: torch.nn.Sequential) -> None:
 def save_sb3(algo: str, net: torch.nn.Sequential, path: Path) -> None:
     env = gym_env.PrismEnv(GRID, CONST, interface=_iface_obj())
     kw = {"policy_kwargs": {"net_arch": [16, 8], "activation_fn": torch.nn.Tanh}, "device": "cpu", "seed": 0}
-    if algo == "DQN":
+    if algo == "MaskablePPO":
+        model = sb3_contrib.MaskablePPO("MlpPolicy", env, n_steps=8, **kw)
+        pn = model.policy.mlp_extractor.policy_net
+        copy_into([pn[0], pn[2], model.policy.action_net], net)
+    elif algo == "DQN":
         model = sb3.DQN("MlpPolicy", env, learning_starts=0, buffer_size=100, **kw)
         q = model.policy.q_net.q_net
         copy_into([q[0], q[2], q[4]], net)
@@ -96,7 +101,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, bool
     mod.write_text(CALLABLE_SRC.format(path=str(ts)))
     sys.path.insert(0, str(tmp))
     out["callable"] = ("distmc_test_callable_policy:policy", False, str(tmp / "net_ts.json"))
-    for algo in ("PPO", "A2C", "DQN"):
+    for algo in ("PPO", "A2C", "DQN", "MaskablePPO"):
         f = tmp / f"net_{algo.lower()}.zip"
         save_sb3(algo, net, f)
         out[algo] = (str(f), True, None)
@@ -125,7 +130,7 @@ def reachable(model_path: Path) -> tuple[object, np.ndarray, np.ndarray]:
 def test_formats_are_detected(saved: dict[str, tuple[str, bool, str | None]]) -> None:
     got = {k: detect_format(v[0]) for k, v in saved.items()}
     assert got == {"torchscript": "torchscript", "state_dict": "state_dict", "callable": "callable",
-                   "PPO": "sb3", "A2C": "sb3", "DQN": "sb3"}
+                   "PPO": "sb3", "A2C": "sb3", "DQN": "sb3", "MaskablePPO": "sb3"}
     assert detect_format("uniform") == "uniform"
 
 
@@ -158,13 +163,13 @@ def test_same_network_same_distributions_and_values(saved: dict[str, tuple[str, 
             assert abs(got[0] - base[0]) <= 1e-9, (fmt, mode, got, base)
 
 
-@pytest.mark.parametrize("algo", ["PPO", "A2C", "DQN"])
+@pytest.mark.parametrize("algo", ["PPO", "A2C", "DQN", "MaskablePPO"])
 def test_sb3_outputs_are_sb3s_own(saved: dict[str, tuple[str, bool, str | None]], algo: str) -> None:
     """PPO/A2C: softmax of distmc's output is SB3's action distribution; every algorithm: argmax is predict()."""
     model, states, _ = reachable(GRID)
     pol = load_policy(saved[algo][0], model, trust=True)
     raw = pol.forward(states)
-    agent = getattr(sb3, algo).load(saved[algo][0], device="cpu")
+    agent = getattr(sb3_contrib if algo == "MaskablePPO" else sb3, algo).load(saved[algo][0], device="cpu")
     obs = states.astype(np.float32) * np.array([0.25, 0.25, 1, 1], dtype=np.float32)
     action, _ = agent.predict(obs, deterministic=True)
     assert (np.argmax(raw, axis=1) == action).all()

@@ -1,10 +1,12 @@
-"""Stable-Baselines3 PPO, A2C and DQN policies (``.zip`` files, the ``rl`` extra).
+"""Stable-Baselines3 PPO, A2C and DQN policies, and sb3-contrib's MaskablePPO (``.zip`` files, the ``rl`` extra).
 
 What a network gives distmc, per algorithm (a ``Discrete`` action space over the interface's actions):
 
-* PPO and A2C: the logits of the categorical action distribution (the policy's ``action_net`` on the actor's
+* PPO, A2C and MaskablePPO: the logits of the categorical action distribution (the policy's ``action_net`` on the actor's
   latent features), so stochastic mode uses the trained distribution pi(a|s) = softmax(logits) exactly, and
-  deterministic mode its argmax, which is what ``model.predict(obs, deterministic=True)`` returns.
+  deterministic mode its argmax, which is what ``model.predict(obs, deterministic=True)`` returns. MaskablePPO
+  masks disabled actions the way distmc does (softmax over the enabled actions' logits), so a policy trained
+  with :meth:`distmc.gym.PrismEnv.action_masks` is verified with exactly the distribution it was trained with.
 * DQN: the Q-values, given as ``"logits"``. A DQN policy is greedy: verify it with ``--mode deterministic``
   (argmax Q, what ``predict`` returns). Stochastic mode would treat softmax(Q) as the policy, which is a Boltzmann
   policy, not the trained one.
@@ -19,6 +21,7 @@ involves no unpickling. To verify without trusting the file, export the actor on
 
 from __future__ import annotations
 
+import importlib
 import json
 import zipfile
 from pathlib import Path
@@ -31,12 +34,17 @@ from distmc.policy.interface import Interface
 
 __all__ = ["ALGORITHMS", "SB3Policy", "actor_module", "detect_algorithm", "load_sb3"]
 
-#: The algorithms distmc reads, and the kind of output each gives.
-ALGORITHMS = {"PPO": "logits", "A2C": "logits", "DQN": "logits"}
+#: The algorithms distmc reads, and the package that has each.
+ALGORITHMS = {"PPO": "stable_baselines3", "A2C": "stable_baselines3", "DQN": "stable_baselines3",
+              "MaskablePPO": "sb3_contrib"}
 
 
 def detect_algorithm(path: str | Path) -> str:
-    """``"PPO"``, ``"A2C"`` or ``"DQN"``, from the JSON ``data`` entry of an SB3 ``.zip`` (nothing unpickled)."""
+    """``"PPO"``, ``"A2C"``, ``"DQN"`` or ``"MaskablePPO"``, from the JSON ``data`` entry of an SB3 ``.zip``.
+
+    Nothing is unpickled: the keys of the algorithm's saved hyperparameters and the policy class's module name
+    (stored as plain text beside its pickle) tell the algorithms apart.
+    """
     p = Path(path)
     try:
         with zipfile.ZipFile(p) as z:
@@ -44,13 +52,17 @@ def detect_algorithm(path: str | Path) -> str:
     except (OSError, KeyError, zipfile.BadZipFile, ValueError):
         raise PolicyError(f"{p}: not a Stable-Baselines3 model file (a .zip with a 'data' entry)") from None
     module = str(data.get("policy_class", {}).get("__module__", ""))
+    if module.startswith("sb3_contrib"):
+        if "maskable" in module:
+            return "MaskablePPO"
+        raise PolicyError(f"{p}: an sb3-contrib model of an algorithm distmc does not read (it reads MaskablePPO)")
     if "exploration_initial_eps" in data or module.startswith("stable_baselines3.dqn"):
         return "DQN"
     if "clip_range" in data:
         return "PPO"
     if "ent_coef" in data and "n_steps" in data:
         return "A2C"
-    raise PolicyError(f"{p}: a Stable-Baselines3 model of an algorithm distmc does not read (it reads PPO, A2C, DQN)")
+    raise PolicyError(f"{p}: a Stable-Baselines3 model of an algorithm distmc does not read (it reads PPO, A2C, DQN, MaskablePPO)")
 
 
 def load_sb3(path: str | Path, *, trust: bool, device: str = "cpu") -> Any:
@@ -66,19 +78,21 @@ def load_sb3(path: str | Path, *, trust: bool, device: str = "cpu") -> Any:
             "TorchScript with distmc.gym.export_policy"
         )
     try:
-        import stable_baselines3 as sb3
+        package = importlib.import_module(ALGORITHMS[algo])
     except ImportError:
-        raise PolicyError(f"{p}: reading Stable-Baselines3 models needs the rl extra: pip install 'distmc[rl]'") from None
+        raise PolicyError(
+            f"{p}: reading {algo} models needs {ALGORITHMS[algo]}, in the rl extra: pip install 'distmc[rl]'"
+        ) from None
     try:
-        return getattr(sb3, algo).load(str(p), device=device)
+        return getattr(package, algo).load(str(p), device=device)
     except Exception as exc:  # noqa: BLE001 - a foreign file: any failure is the file's
         raise PolicyError(f"{p}: Stable-Baselines3 could not load this {algo} model: {type(exc).__name__}: {exc}") from None
 
 
 def actor_module(algo_model: Any) -> Any:
-    """The network of an SB3 PPO/A2C/DQN model as a plain torch module: observations ``[B, F]`` -> ``[B, A]``.
+    """The network of an SB3 PPO/A2C/DQN/MaskablePPO model as a plain torch module: observations ``[B, F]`` -> ``[B, A]``.
 
-    PPO/A2C give the action logits, DQN the Q-values (see the module docstring).
+    PPO/A2C/MaskablePPO give the action logits, DQN the Q-values (see the module docstring).
     """
     import torch
     from gymnasium import spaces
@@ -111,7 +125,7 @@ def actor_module(algo_model: Any) -> Any:
 
 
 class SB3Policy(TorchPolicy):
-    """The actor of an SB3 PPO/A2C/DQN ``.zip`` (loaded only with ``trust``), evaluated in batches.
+    """The actor of an SB3 PPO/A2C/DQN/MaskablePPO ``.zip`` (loaded only with ``trust``), evaluated in batches.
 
     Its output is always ``"logits"`` (PPO/A2C action logits, DQN Q-values), whatever the interface says; the
     interface gives the features (and scale) the model was trained on and the label of each action index.
