@@ -37,29 +37,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from distmc.errors import DistmcError, ModelError, PolicyError
 from distmc.gym.dynamics import Dynamics, StateTable
 from distmc.model.program import Model, load_model
-from distmc.policy.interface import Interface, load_interface
+from distmc.policy.interface import Interface, check_interface, interface_dict, load_interface
 
 __all__ = ["PrismEnv", "interface_dict"]
-
-
-def interface_dict(interface: Interface) -> dict[str, Any]:
-    """The interface as the JSON object of an interface file."""
-    out: dict[str, Any] = {"features": list(interface.features), "actions": list(interface.actions),
-                           "output": interface.output}
-    if interface.scale:
-        out["scale"] = dict(interface.scale)
-    return out
-
-
-def _check_interface(iface: Interface, model: Model) -> Interface:
-    names = [v.name for v in model.variables]
-    bad = [f for f in iface.features if f not in names]
-    if bad:
-        raise PolicyError(f"interface features {bad} are not variables of {model.path} (variables: {names})")
-    bad = [a for a in iface.actions if a not in model.actions]
-    if bad:
-        raise PolicyError(f"interface actions {bad} are not action labels of {model.path} (actions: {model.actions})")
-    return iface
 
 
 class PrismEnv(gym.Env[np.ndarray, np.int64]):
@@ -121,7 +101,7 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
         if bad:
             raise ModelError(f"{model.path}: no label(s) {bad} (labels: {sorted(model.labels)})")
         if isinstance(interface, Interface):
-            iface = _check_interface(interface, model)
+            iface = check_interface(interface_dict(interface), model, "interface")
         else:
             iface = load_interface(interface, model)
             if interface is None:

@@ -25,7 +25,7 @@ from typing import Any
 from distmc.errors import PolicyError
 from distmc.model.program import Model
 
-__all__ = ["Interface", "load_interface"]
+__all__ = ["Interface", "check_interface", "interface_dict", "load_interface"]
 
 
 @dataclass
@@ -51,6 +51,24 @@ def load_interface(path: str | Path | None, model: Model) -> Interface:
         raw: dict[str, Any] = tomllib.loads(p.read_text()) if p.suffix == ".toml" else json.loads(p.read_text())
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         raise PolicyError(f"{p}: cannot read interface file: {exc}") from None
+    return check_interface(raw, model, str(p))
+
+
+def interface_dict(interface: Interface) -> dict[str, Any]:
+    """The interface as the JSON object of an interface file."""
+    out: dict[str, Any] = {"features": list(interface.features), "actions": list(interface.actions),
+                           "output": interface.output}
+    if interface.scale:
+        out["scale"] = dict(interface.scale)
+    if interface.architecture is not None:
+        out["architecture"] = dict(interface.architecture)
+    return out
+
+
+def check_interface(raw: Any, model: Model, where: str = "interface") -> Interface:
+    """Validate an interface object (the parsed file, or :func:`interface_dict` of one) against ``model``."""
+    p = where
+    names = [v.name for v in model.variables]
     if not isinstance(raw, dict):
         raise PolicyError(f"{p}: the interface must be an object with 'features', 'actions', 'output'")
     unknown_keys = set(raw) - {"features", "actions", "output", "scale", "architecture"}
