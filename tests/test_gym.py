@@ -46,6 +46,15 @@ def test_env_checker_clean(make: object) -> None:
         check_env(env, skip_render_check=True)
 
 
+def test_registered_with_gymnasium() -> None:
+    import gymnasium
+
+    env = gymnasium.make("distmc/Prism-v0", model_path=GRID, constants="N=4", done_label="crash")
+    assert isinstance(env.unwrapped, PrismEnv)
+    obs, info = env.reset(seed=0)
+    assert obs in env.observation_space and info["action_mask"].dtype == bool
+
+
 def kernel_distribution(model_path: Path, state: np.ndarray, label: str | None) -> dict[tuple[int, ...], float]:
     """The successor distribution of taking ``label`` in ``state`` (same-label choices uniformly; None: dtmc)."""
     from distmc.model.program import load_model
