@@ -7,14 +7,12 @@ package registers :class:`PrismEnv` as ``"distmc/Prism-v0"``, so
 
 from __future__ import annotations
 
-import gymnasium as _gym
-
 from distmc.gym.dynamics import Dynamics
-from distmc.gym.env import PrismEnv, interface_dict
+from distmc.gym.env import PrismEnv, gym, interface_dict
 from distmc.gym.export import export_policy
 from distmc.gym.rollout import RolloutResult, rollout
 
-if "distmc/Prism-v0" not in _gym.registry:
-    _gym.register(id="distmc/Prism-v0", entry_point="distmc.gym.env:PrismEnv")
+if "distmc/Prism-v0" not in gym.registry:
+    gym.register(id="distmc/Prism-v0", entry_point="distmc.gym.env:PrismEnv")
 
 __all__ = ["Dynamics", "PrismEnv", "export_policy", "RolloutResult", "interface_dict", "rollout"]
