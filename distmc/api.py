@@ -56,6 +56,7 @@ class Report:
     initial_states: int
     depth: int
     policy_states: int
+    policy_calls: int = 0  # network calls (fixed-shape batches) that evaluated those states
     timings: dict[str, float] = field(default_factory=dict)
     driver: str = "local"
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor: states, batches, bytes sent, ...
@@ -99,6 +100,7 @@ def verify(
     gpus_per_worker: float | None = None,
     export_path: str | Path | None = None,
     keep_model: bool = False,
+    trust_policy: bool = False,
 ) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
@@ -106,8 +108,10 @@ def verify(
         model_path: PRISM file (dtmc or mdp); None with ``resume`` (the checkpoint names it).
         prop: PCTL property, ``P=? [...]`` or ``R{"r"}=? [...]`` (``min``/``max`` optional); None with ``resume``.
         constants: undefined constants, ``"N=3,p=0.1"``.
-        policy: ``"uniform"`` or a TorchScript file.
-        interface: interface file of the network (features, actions, output).
+        policy: ``"uniform"``, a policy file (TorchScript, state_dict, SB3 ``.zip``) or ``module:function``
+            (see :func:`distmc.policy.load_policy`).
+        interface: interface file of the network (features, actions, output); default: the one saved beside the
+            policy file (``trained.pt`` -> ``trained.json``), else every variable and action label.
         mode: ``stochastic``, ``deterministic`` or ``monolithic``.
         threshold: in stochastic mode, keep actions with pi(a|s) > threshold.
         resolve: ``none`` (same-label choices stay nondeterministic) or ``uniform``.
@@ -127,6 +131,7 @@ def verify(
             over the workers, at most one each; 0: policies on the CPU).
         export_path: also write the induced model (``.umb`` or ``.drn``).
         keep_model: also return the :class:`InducedModel`.
+        trust_policy: allow policy formats whose loading runs code stored in the file (SB3 ``.zip``).
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP
@@ -142,7 +147,7 @@ def verify(
     limits = Limits(max_states, parse_memory(max_memory), parse_duration(timeout))
     t0 = time.perf_counter()
     job = Job(str(model_path), str(prop), _const_text(constants), policy, None if interface is None else str(interface),
-              mode, threshold, resolve)
+              mode, threshold, resolve, trust_policy)
     ckpt: Checkpoint | None = None
     if resume is not None:
         if checkpoint_dir is not None and Path(checkpoint_dir).resolve() != Path(resume).resolve():
@@ -193,6 +198,7 @@ def verify(
         initial_states=int(induced.initial.shape[0]),
         depth=int(explored.stats.get("depth", 0)),
         policy_states=int(explored.stats.get("policy_states", 0)),
+        policy_calls=int(explored.stats.get("policy_calls", 0)),
         restarts=int(explored.stats.get("restarts", 0)),
         timings={
             "parse_s": t1 - t0,

@@ -51,8 +51,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                        ("bad_output", {"output": "scores"})]:
         (d / f"{name}.json").write_text(json.dumps(body))
         out[name] = str(d / f"{name}.json")
-    (d / "corrupt.json").write_text("{ features: [x")
-    out["corrupt_json"] = str(d / "corrupt.json")
+    (d / "broken_iface.json").write_text("{ features: [x")
+    out["corrupt_json"] = str(d / "broken_iface.json")
     (d / "ckpt").mkdir()
     (d / "ckpt" / "meta.json").write_text("{}")
     out["taken_dir"] = str(d / "ckpt")
@@ -74,7 +74,7 @@ CASES = [
     ("unknown reward", [*RUN, "--prop", 'R{"nope"}=? [F "crash"]'], 5, "reward structure 'nope'"),
     ("malformed property", [*RUN, "--prop", "P=? [F"], 5, "cannot parse"),
     ("missing policy", [*RUN, *CRASH, "--policy", "nope.pt"], 6, "no such policy"),
-    ("corrupt policy", [*RUN, *CRASH, "--policy", "{corrupt}"], 6, "not a loadable TorchScript"),
+    ("corrupt policy", [*RUN, *CRASH, "--policy", "{corrupt}"], 6, "not a TorchScript module, a Stable-Baselines3 .zip, nor a state_dict"),
     ("wrong input width", [*RUN, *CRASH, "--policy", "{width3}"], 6, "width 4"),
     ("NaN output", [*RUN, *CRASH, "--policy", "{nan}"], 6, "not finite"),
     ("negative output", [*RUN, *CRASH, "--policy", "{negative}"], 6, "negative probability"),

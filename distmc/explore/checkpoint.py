@@ -137,6 +137,7 @@ class Checkpoint:
             "states": 0,
             "transitions": 0,
             "policy_states": 0,
+            "policy_calls": 0,
         }
         ckpt = cls(d, meta)
         ckpt._save()
@@ -191,11 +192,12 @@ class Checkpoint:
     def write_initial(self, keys: np.ndarray, gids: np.ndarray) -> None:
         """Level 0: the initial states, committed at once."""
         write_level(str(self.directory), 0, 0, self.key_dtype, (keys, gids), [], [], [], self.meta["reward_names"])
-        self.commit(0, int(keys.shape[0]), 0, 0)
+        self.commit(0, int(keys.shape[0]), 0, 0, 0)
 
-    def commit(self, level: int, states: int, transitions: int, policy_states: int) -> None:
+    def commit(self, level: int, states: int, transitions: int, policy_states: int, policy_calls: int) -> None:
         """Every worker has written ``level``: make it part of the checkpoint."""
-        self.meta.update(level=level, states=states, transitions=transitions, policy_states=policy_states)
+        self.meta.update(level=level, states=states, transitions=transitions, policy_states=policy_states,
+                         policy_calls=policy_calls)
         self._save()
 
     def drop_uncommitted(self) -> None:

@@ -59,5 +59,6 @@ def explore_local(
         if progress is not None:
             progress(info)
     out = part.result(np.unique(initial))
-    out.stats.update({"depth": depth, "policy_states": part.policy_states})
+    out.stats.update({"depth": depth, "policy_states": part.policy_states,
+                      "policy_calls": int(getattr(expander.policy, "forward_passes", 0))})
     return out

@@ -102,7 +102,7 @@ class PartitionActor:
         self.asked: list[np.ndarray] = []  # per source: local ids of the keys it asked about, in its order
         self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)  # this level's new states: local ids, keys
         self.new_keys: np.ndarray = np.zeros(0, dtype=self.codec.dtype)
-        self.policy_states = self.policy_reported = 0
+        self.policy_states = self.policy_reported = self.calls_reported = 0
         self.checkpoint_dir = checkpoint_dir
         # Time and memory are checked here, after every batch (states are counted by the driver).
         self.check = None
@@ -270,7 +270,9 @@ class PartitionActor:
             self.rows, self.rewards, self.flags = [], [], []
             self.stats["checkpoint_s"] += time.perf_counter() - t1
         delta, self.policy_reported = self.policy_states - self.policy_reported, self.policy_states
-        return {"transitions": transitions, "policy_states": delta, "rss": rss_bytes()}
+        calls = int(getattr(self.expander.policy, "forward_passes", 0))
+        calls, self.calls_reported = calls - self.calls_reported, calls
+        return {"transitions": transitions, "policy_states": delta, "policy_calls": calls, "rss": rss_bytes()}
 
     # -- the end -----------------------------------------------------------------------------------------------
 
@@ -429,7 +431,8 @@ class _RayRun:
         self.check = LimitCheck(limits, self.start)
         self.actors: list[Any] = []
         self.info: list[dict[str, Any]] = []
-        self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.restarts = 0
+        self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.policy_calls = 0
+        self.restarts = 0
         self.frontier = 0
 
     # -- actors ------------------------------------------------------------------------------------------------
@@ -528,8 +531,8 @@ class _RayRun:
         ckpt.drop_uncommitted()
         keys, gids, levels = ckpt.states()
         m = ckpt.meta
-        self.depth, self.n, self.transitions, self.policy_states = ckpt.level, m["states"], m["transitions"], \
-            m["policy_states"]
+        self.depth, self.n, self.transitions = ckpt.level, m["states"], m["transitions"]
+        self.policy_states, self.policy_calls = m["policy_states"], m["policy_calls"]
         if gids.shape[0] != self.n:
             raise DistmcError(f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, "
                               f"{self.n} in meta.json")
@@ -579,8 +582,9 @@ class _RayRun:
         self.frontier = int(occ.shape[0])
         self.transitions += sum(x["transitions"] for x in stored)
         self.policy_states += sum(x["policy_states"] for x in stored)
+        self.policy_calls += sum(x["policy_calls"] for x in stored)
         if self.ckpt is not None:
-            self.ckpt.commit(self.depth, self.n, self.transitions, self.policy_states)
+            self.ckpt.commit(self.depth, self.n, self.transitions, self.policy_states, self.policy_calls)
         memory = rss_bytes() + sum(x["rss"] for x in stored)
         info = {"depth": self.depth, "states": self.n, "frontier": self.frontier, "transitions": self.transitions,
                 "policy_states": self.policy_states, "memory": memory, "restarts": self.restarts,
@@ -603,6 +607,7 @@ class _RayRun:
             stats = results = self.get([a.result.remote() for a in self.actors])
             out = gather(results, self.n_initial)
             del results
-        out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "restarts": self.restarts})
+        out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "policy_calls": self.policy_calls,
+                          "restarts": self.restarts})
         out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(stats, self.info, strict=True)]
         return out
