@@ -26,6 +26,11 @@ def _const_text(constants: str | dict[str, str] | None) -> str | None:
     return ",".join(f"{k}={v}" for k, v in constants.items())
 
 
+#: Parts of the exploration time a driver reports: Ray actors' start-up, the levels, gathering the partitions'
+#: rows into the reducer (Ray driver); seconds inside the policy's forward passes (in-process driver).
+_EXPLORE_SPLIT = ("startup_s", "levels_s", "gather_s", "policy_s")
+
+
 def _resumed_job(saved: Job, given: Job, model_path: object, prop: object) -> Job:
     """The checkpoint's job; what the caller gave as well must agree with it."""
     if model_path is None and prop is None:
@@ -203,6 +208,7 @@ def verify(
         timings={
             "parse_s": t1 - t0,
             "explore_s": t2 - t1,
+            **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT},
             "assemble_s": t3 - t2,
             "check_s": t4 - t3,
             "total_s": time.perf_counter() - t0,

@@ -58,7 +58,7 @@ class LiveProgress:
         rate = info["transitions"] / info["elapsed_s"] if info.get("elapsed_s") else 0.0
         line = (f"depth {info['depth']:.0f} | states {_si(info['states'])} | frontier {_si(info['frontier'])} | "
                 f"transitions {_si(info['transitions'])} ({_si(rate)}/s) | policy {_si(info.get('policy_states', 0))}"
-                f" states")
+                f" states in {_si(info.get('policy_calls', 0))} calls")
         if "memory" in info:
             line += f" | memory {info['memory'] / 2**20:,.0f} MiB"
         if info.get("restarts"):

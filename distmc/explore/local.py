@@ -52,7 +52,8 @@ def explore_local(
                         frontier=part.frontier_size + ids.shape[0] - start - bids.shape[0], depth=depth)
         depth += 1
         info = {"depth": depth, "states": part.visited.size, "frontier": part.frontier_size,
-                "transitions": part.transitions, "policy_states": part.policy_states, "memory": rss_bytes(),
+                "transitions": part.transitions, "policy_states": part.policy_states,
+                "policy_calls": int(getattr(expander.policy, "forward_passes", 0)), "memory": rss_bytes(),
                 "elapsed_s": time.perf_counter() - t0}
         log.info("level depth=%d states=%d frontier=%d transitions=%d memory=%d", depth, info["states"],
                  info["frontier"], info["transitions"], info["memory"])
@@ -60,5 +61,6 @@ def explore_local(
             progress(info)
     out = part.result(np.unique(initial))
     out.stats.update({"depth": depth, "policy_states": part.policy_states,
-                      "policy_calls": int(getattr(expander.policy, "forward_passes", 0))})
+                      "policy_calls": int(getattr(expander.policy, "forward_passes", 0)),
+                      "policy_s": float(getattr(expander.policy, "seconds", 0.0))})
     return out

@@ -287,6 +287,7 @@ class PartitionActor:
             + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards)
             + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
             rss=rss_bytes(),
+            policy_s=float(getattr(self.expander.policy, "seconds", 0.0)),
             peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
         )
         if not rows:
@@ -494,7 +495,9 @@ class _RayRun:
     # -- the run -----------------------------------------------------------------------------------------------
 
     def run(self, initial_keys: np.ndarray, max_restarts: int) -> Explored:
+        t0 = time.perf_counter()
         self.spawn()
+        self.startup_s = time.perf_counter() - t0
         if self.ckpt is not None and self.ckpt.level >= 0:
             self.restore()
         else:
@@ -507,7 +510,11 @@ class _RayRun:
                 continue
             if done:
                 break
-        return self.finish()
+        t1 = time.perf_counter()
+        out = self.finish()
+        out.stats.update(startup_s=self.startup_s, levels_s=t1 - t0 - self.startup_s,
+                         gather_s=time.perf_counter() - t1)
+        return out
 
     def begin(self, initial_keys: np.ndarray) -> None:
         uniq, first = np.unique(initial_keys, return_index=True)
@@ -587,7 +594,8 @@ class _RayRun:
             self.ckpt.commit(self.depth, self.n, self.transitions, self.policy_states, self.policy_calls)
         memory = rss_bytes() + sum(x["rss"] for x in stored)
         info = {"depth": self.depth, "states": self.n, "frontier": self.frontier, "transitions": self.transitions,
-                "policy_states": self.policy_states, "memory": memory, "restarts": self.restarts,
+                "policy_states": self.policy_states, "policy_calls": self.policy_calls, "memory": memory,
+                "restarts": self.restarts,
                 "elapsed_s": time.time() - self.start, "worker_pids": [i["pid"] for i in self.info],
                 "worker_nodes": [i["node"] for i in self.info]}
         log.info("level depth=%d states=%d frontier=%d transitions=%d memory=%d", self.depth, self.n,

@@ -63,12 +63,14 @@ class BatchedPolicy:
         self.scale = np.array([interface.scale.get(f, 1.0) for f in interface.features], dtype=np.float32)
         self.forward_passes = 0
         self.states_evaluated = 0
+        self.seconds = 0.0  # time spent in forward()
 
     def _call(self, chunk: np.ndarray) -> np.ndarray:
         """Outputs ``[BATCH, A]`` float64 of one padded batch of inputs ``[BATCH, F]`` float32."""
         raise NotImplementedError
 
     def forward(self, states: np.ndarray) -> np.ndarray:
+        t = time.perf_counter()
         x = states[:, self.columns].astype(np.float32) * self.scale
         outs = []
         for start in range(0, x.shape[0], BATCH):
@@ -78,7 +80,9 @@ class BatchedPolicy:
             outs.append(self._call(chunk)[: min(BATCH, x.shape[0] - start)])
             self.forward_passes += 1
         self.states_evaluated += x.shape[0]
-        return np.concatenate(outs) if outs else np.zeros((0, len(self.actions)))
+        out = np.concatenate(outs) if outs else np.zeros((0, len(self.actions)))
+        self.seconds += time.perf_counter() - t
+        return out
 
 
 class TorchPolicy(BatchedPolicy):
