@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from distmc.api import verify
 
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
     kw = dict(constants=a.const, mode="stochastic", workers=a.workers, driver="ray")
     base = Path(a.dir or tempfile.mkdtemp(prefix="distmc-ckpt-"))
     verify(a.model, a.prop, constants=a.const)  # warm the compiled routines' cache

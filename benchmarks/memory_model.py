@@ -46,7 +46,7 @@ def one(model: str, const: str, workers: int) -> dict[str, object]:
     from distmc.explore.ray_driver import explore_ray
     from distmc.pipeline import Job
 
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
     job = Job(model, PROP, const)
     parts = job.build(explorer=False)
     out: dict[str, object] = {"const": const, "rss_parsed": _rss()}

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     counts = [int(w) for w in a.workers.split(",")]
     if not ray.is_initialized():
-        ray.init(address=a.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address=a.address or "local", include_dashboard=False, log_to_driver=False, configure_logging=False)
     m = load_model(a.model, a.const)
     key_bytes = StateCodec(m.lo, m.hi).key_bytes
     kw = dict(constants=a.const, policy=a.policy, interface=a.interface, mode="stochastic")

@@ -397,7 +397,8 @@ def explore_ray(
         codec: the state packing (the driver's, for routing the initial states).
         initial_keys: ``[I]`` packed initial states.
         workers: number of actors (partitions).
-        address: a running Ray cluster (``auto`` or ``HOST:PORT``); None starts a local Ray when none is running.
+        address: a running Ray cluster (``auto`` or ``HOST:PORT``); None: the cluster in ``RAY_ADDRESS`` if set,
+            else a new local Ray (unless this process is connected to one already).
         batch_states: states per expansion batch inside an actor.
         limits: stop with :class:`ResourceLimitError` (and a partial report) once a limit is passed.
         checkpoint: write every level to this checkpoint and, if it already holds levels, continue from the last
@@ -411,6 +412,9 @@ def explore_ray(
     import ray
 
     if not ray.is_initialized():
+        # No address: a Ray of our own (or RAY_ADDRESS's), never whichever cluster this machine started last, which
+        # ray.init() would otherwise join (and which its owner may shut down in the middle of our run).
+        address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker)
     try:
