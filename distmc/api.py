@@ -11,9 +11,9 @@ from pathlib import Path
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
 from distmc.check.checker import check
-from distmc.errors import DistmcError
+from distmc.errors import DistmcError, ResourceLimitError
 from distmc.explore.checkpoint import Checkpoint
-from distmc.explore.limits import Limits, parse_duration, parse_memory
+from distmc.explore.limits import Limits, parse_duration, parse_memory, rss_bytes
 from distmc.explore.local import explore_local
 from distmc.pipeline import Job
 
@@ -29,6 +29,25 @@ def _const_text(constants: str | dict[str, str] | None) -> str | None:
 #: Parts of the exploration time a driver reports: Ray actors' start-up, the levels, gathering the partitions'
 #: rows into the reducer (Ray driver); seconds inside the policy's forward passes (in-process driver).
 _EXPLORE_SPLIT = ("startup_s", "levels_s", "gather_s", "policy_s")
+
+
+#: Memory Storm needs beyond what the reducer holds, per transition, to take the model in (its matrix and the UMB
+#: import's transient buffers; measured 36-38 B, benchmarks/RESULTS.md "Memory model").
+STORM_BYTES_PER_TRANSITION = 40
+
+
+def _check_handoff_memory(limits: Limits, induced: InducedModel, depth: int) -> None:
+    """With ``--max-memory``: stop before the hand-off to Storm rather than be killed for memory during it."""
+    if limits.max_memory is None:
+        return
+    need = rss_bytes() + STORM_BYTES_PER_TRANSITION * induced.n_transitions
+    if need > limits.max_memory:
+        raise ResourceLimitError(
+            f"the induced model ({induced.n_states} states, {induced.n_transitions} transitions) is explored, but "
+            f"handing it to Storm needs about {need / 2**30:.1f} GiB, more than --max-memory "
+            f"{limits.max_memory / 2**30:.1f} GiB; nothing was checked",
+            {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0, "depth": depth},
+        )
 
 
 def _resumed_job(saved: Job, given: Job, model_path: object, prop: object) -> Job:
@@ -181,6 +200,7 @@ def verify(
                                limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker)
     t2 = time.perf_counter()
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
+    _check_handoff_memory(limits, induced, int(explored.stats.get("depth", 0)))
     storm_model = to_storm(induced)
     t3 = time.perf_counter()
     result = check(storm_model, spec, induced.kind, induced.initial)

@@ -55,6 +55,15 @@ def test_limit_stops_with_partial_report(kwargs: dict[str, object], needle: str)
         assert p["states"] > 300
 
 
+def test_memory_limit_stops_before_the_handoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    import distmc.api
+
+    monkeypatch.setattr(distmc.api, "STORM_BYTES_PER_TRANSITION", 10**8)  # as if Storm needed 100 MB a transition
+    with pytest.raises(ResourceLimitError, match="handing it to Storm needs") as err:
+        verify(EXAMPLE, PROP, constants="N=7", **POLICY, max_memory="100G")
+    assert err.value.partial["transitions"] > 0 and err.value.partial["frontier"] == 0
+
+
 def test_cli_limit_writes_partial_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
     assert main(["run", "example", "--const", "N=7", "--prop", PROP, "--max-states", "100", "--json", str(out),
