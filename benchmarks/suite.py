@@ -130,13 +130,17 @@ class Simulator:
             over the model's labels.
         mode: ``stochastic`` (sample pi(a|s)) or ``deterministic`` (argmax over the enabled actions, ties to the
             first in the policy's action order, as distmc's deterministic mode).
+        compiled: use distmc's compiled kernel (default, as distmc does); ``False`` selects the numpy kernel, which
+            is faster for one state at a time beside torch's threads (training).
     """
 
-    def __init__(self, model: Model, policy: Policy | None = None, mode: str = "stochastic") -> None:
+    def __init__(
+        self, model: Model, policy: Policy | None = None, mode: str = "stochastic", compiled: bool | None = None
+    ) -> None:
         if mode not in ("stochastic", "deterministic"):
             raise DistmcError(f"mode must be stochastic or deterministic, not '{mode}'")
         self.model = model
-        self.kernel = Kernel(model)
+        self.kernel = Kernel(model, compiled=compiled)
         self.codec = self.kernel.codec
         self.policy = policy if policy is not None else load_policy("uniform", model)
         self.mode = mode
