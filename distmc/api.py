@@ -40,6 +40,7 @@ class Report:
     initial_states: int
     depth: int
     policy_states: int
+    policy_calls: int = 0  # network calls (fixed-shape batches) that evaluated those states
     timings: dict[str, float] = field(default_factory=dict)
     driver: str = "local"
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor: states, batches, bytes sent, ...
@@ -76,6 +77,7 @@ def verify(
     max_states: int | None = None,
     export_path: str | Path | None = None,
     keep_model: bool = False,
+    trust_policy: bool = False,
 ) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
@@ -83,8 +85,10 @@ def verify(
         model_path: PRISM file (dtmc or mdp).
         prop: PCTL property, ``P=? [...]`` or ``R{"r"}=? [...]`` (``min``/``max`` optional).
         constants: undefined constants, ``"N=3,p=0.1"``.
-        policy: ``"uniform"`` or a TorchScript file.
-        interface: interface file of the network (features, actions, output).
+        policy: ``"uniform"``, a policy file (TorchScript, state_dict, SB3 ``.zip``) or ``module:function``
+            (see :func:`distmc.policy.load_policy`).
+        interface: interface file of the network (features, actions, output); default: the one saved beside the
+            policy file (``trained.pt`` -> ``trained.json``), else every variable and action label.
         mode: ``stochastic``, ``deterministic`` or ``monolithic``.
         threshold: in stochastic mode, keep actions with pi(a|s) > threshold.
         resolve: ``none`` (same-label choices stay nondeterministic) or ``uniform``.
@@ -94,6 +98,7 @@ def verify(
         max_states: stop with :class:`~distmc.errors.ResourceLimitError` beyond this many states.
         export_path: also write the induced model (``.umb`` or ``.drn``).
         keep_model: also return the :class:`InducedModel`.
+        trust_policy: allow policy formats whose loading runs code stored in the file (SB3 ``.zip``).
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP
@@ -110,7 +115,7 @@ def verify(
         raise DistmcError("the local driver runs one partition: use --driver ray for --workers > 1")
     t0 = time.perf_counter()
     job = Job(str(model_path), prop, _const_text(constants), policy, None if interface is None else str(interface), mode,
-              threshold, resolve)
+              threshold, resolve, trust_policy)
     parts = job.build(explorer=driver == "local")
     model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
     t1 = time.perf_counter()
@@ -145,6 +150,7 @@ def verify(
         initial_states=int(induced.initial.shape[0]),
         depth=int(explored.stats.get("depth", 0)),
         policy_states=int(explored.stats.get("policy_states", 0)),
+        policy_calls=int(explored.stats.get("policy_calls", 0)),
         timings={
             "parse_s": t1 - t0,
             "explore_s": t2 - t1,

@@ -25,9 +25,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--prop", required=True, help='PCTL property, e.g. \'P=? [F "crash"]\'')
     run.add_argument("--const", default=None, help="undefined constants, e.g. N=3,p=0.1")
     run.add_argument("--policy", default="uniform",
-                     help="'uniform', a TorchScript file, or 'example' for the bundled gridworld policy (N=6)")
+                     help="'uniform', a TorchScript/state_dict .pt, a Stable-Baselines3 .zip (with --trust-policy), "
+                          "package.module:function, or 'example' for the bundled gridworld policy (N=6)")
+    run.add_argument("--trust-policy", action="store_true",
+                     help="allow policy files whose loading runs code stored in them (SB3 .zip unpickles objects)")
     run.add_argument("--interface", default=None,
-                     help="interface file (JSON/TOML) of the network (with --policy example: the bundled one)")
+                     help="interface file (JSON/TOML) of the network; default: POLICY's stem + .json (or "
+                          ".interface.json) beside it (with --policy example: the bundled one)")
     run.add_argument("--mode", default="stochastic", choices=["stochastic", "deterministic", "monolithic"])
     run.add_argument("--threshold", type=float, default=0.0, help="stochastic mode: keep actions with pi > threshold")
     run.add_argument("--resolve", default="none", choices=["none", "uniform"],
@@ -83,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             address=args.address,
             max_states=args.max_states,
             export_path=args.export,
+            trust_policy=args.trust_policy,
         )
     except DistmcError as exc:
         if args.debug:

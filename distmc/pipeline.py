@@ -32,6 +32,7 @@ class Job:
     mode: str = "stochastic"
     threshold: float = 0.0
     resolve: str = "none"
+    trust_policy: bool = False
 
     def build(self, *, explorer: bool = True) -> Parts:
         """Parse the model and property; with ``explorer``, also load the policy and compile the kernel.
@@ -47,7 +48,7 @@ class Job:
         codec = StateCodec(model.lo, model.hi)
         if not explorer:
             return Parts(model, spec, codec, None, needs_policy, reward_names)
-        pol = load_policy(self.policy, model, self.interface) if needs_policy else None
+        pol = load_policy(self.policy, model, self.interface, trust=self.trust_policy) if needs_policy else None
         expander = Expander(
             model, Kernel(model, codec), codec, pol, self.mode, terminal=spec.terminal_mask,
             threshold=self.threshold, resolve=self.resolve, reward_names=reward_names,

@@ -46,5 +46,6 @@ def explore_local(
             progress({"depth": depth, "states": part.visited.size, "frontier": part.frontier_size,
                       "transitions": part.transitions, "elapsed_s": time.perf_counter() - t0})
     out = part.result(np.unique(initial))
-    out.stats.update({"depth": depth, "policy_states": part.policy_states})
+    out.stats.update({"depth": depth, "policy_states": part.policy_states,
+                      "policy_calls": int(getattr(expander.policy, "forward_passes", 0))})
     return out

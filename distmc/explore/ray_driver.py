@@ -237,6 +237,7 @@ class PartitionActor:
             "loop": cat([f[1] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
             "deadlock": cat([f[2] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
             "policy_states": self.policy_states,
+            "policy_calls": int(getattr(self.expander.policy, "forward_passes", 0)),
             "stats": dict(self.stats, states=self.visited.size),
         }
 
@@ -358,6 +359,7 @@ def _run(ray: Any, actors: list[Any], codec: StateCodec, initial_keys: np.ndarra
             break
     results = ray.get([a.result.remote() for a in actors])
     out = gather(results, int(init_keys.shape[0]))
-    out.stats.update({"depth": depth, "policy_states": sum(r["policy_states"] for r in results)})
+    out.stats.update({"depth": depth, "policy_states": sum(r["policy_states"] for r in results),
+                      "policy_calls": sum(r["policy_calls"] for r in results)})
     out.worker_stats = [r["stats"] for r in results]
     return out

@@ -1,20 +1,105 @@
-"""Policies: the contract, the built-in uniform policy, TorchScript networks with an interface file."""
+"""Policies: the contract, the built-in uniform policy, and the formats :func:`load_policy` reads.
+
+Formats (detected from the spec and the file's content, never from running it):
+
+* ``uniform`` (or None): every enabled action equally likely.
+* ``package.module:function`` (when no such file exists): a Python function over batches of observations
+  (:mod:`distmc.policy.callable`).
+* a Stable-Baselines3 PPO/A2C/DQN ``.zip`` (:mod:`distmc.policy.sb3`): loading it executes code stored in the
+  file, so it needs ``trust=True`` (``--trust-policy``).
+* a TorchScript file (``torch.jit.save``; :mod:`distmc.policy.torchscript`).
+* any other torch file: a ``state_dict`` read with ``torch.load(weights_only=True)`` and rebuilt from the
+  interface's ``architecture`` (:mod:`distmc.policy.statedict`).
+
+The interface (features, actions, output, scale, architecture) comes from ``interface``, else from the file saved
+beside the policy (:func:`find_interface`), else the defaults (every variable, every action label).
+"""
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
+from distmc.errors import PolicyError
 from distmc.model.program import Model
 from distmc.policy.base import Policy, action_distribution
-from distmc.policy.torchscript import Interface, TorchScriptPolicy, load_interface
+from distmc.policy.interface import Interface, load_interface
+from distmc.policy.torchscript import TorchScriptPolicy
 from distmc.policy.uniform import UniformPolicy
 
-__all__ = ["Interface", "Policy", "TorchScriptPolicy", "UniformPolicy", "action_distribution", "load_interface", "load_policy"]
+__all__ = [
+    "Interface",
+    "Policy",
+    "TorchScriptPolicy",
+    "UniformPolicy",
+    "action_distribution",
+    "detect_format",
+    "find_interface",
+    "load_interface",
+    "load_policy",
+]
+
+#: Interface files looked for beside a policy file ``trained.zip``/``trained.pt``, in this order.
+SIDECARS = (".interface.json", ".interface.toml", ".json", ".toml")
 
 
-def load_policy(spec: str | None, model: Model, interface: str | Path | None = None) -> Policy:
-    """``"uniform"`` (or None) -> :class:`UniformPolicy`; a file path -> :class:`TorchScriptPolicy`."""
-    iface = load_interface(interface, model)
+def find_interface(policy_path: str | Path) -> Path | None:
+    """The interface file saved beside a policy (``trained.pt`` -> ``trained.interface.json``, ``trained.json``, ...)."""
+    p = Path(policy_path)
+    for suffix in SIDECARS:
+        candidate = p.with_name(p.stem + suffix)
+        if candidate.is_file() and candidate != p:
+            return candidate
+    return None
+
+
+def detect_format(spec: str | None) -> str:
+    """``"uniform"``, ``"callable"``, ``"sb3"``, ``"torchscript"`` or ``"state_dict"`` (nothing is loaded)."""
+    from distmc.policy.callable import CALLABLE_SPEC
+
     if spec is None or spec == "uniform":
+        return "uniform"
+    p = Path(spec)
+    if not p.is_file():
+        if CALLABLE_SPEC.match(spec):
+            return "callable"
+        raise PolicyError(f"{spec}: no such policy file (nor 'uniform', nor a 'package.module:function')")
+    if zipfile.is_zipfile(p):
+        with zipfile.ZipFile(p) as z:
+            names = z.namelist()
+        if "data" in names and "policy.pth" in names:
+            return "sb3"
+        if any("/code/" in n or n.endswith("constants.pkl") for n in names):
+            return "torchscript"
+    return "state_dict"
+
+
+def load_policy(spec: str | None, model: Model, interface: str | Path | None = None, *, trust: bool = False) -> Policy:
+    """Load the policy ``spec`` names (see the module docstring for the formats).
+
+    Args:
+        spec: ``"uniform"``, ``module:function`` or a policy file.
+        model: the model the policy acts in.
+        interface: the interface file (default: the one beside the policy file, else the defaults).
+        trust: allow formats whose loading executes code stored in the file (SB3 ``.zip``).
+    """
+    fmt = detect_format(spec)
+    if interface is None and fmt not in ("uniform", "callable"):
+        interface = find_interface(str(spec))
+    iface = load_interface(interface, model)
+    if fmt == "uniform":
         return UniformPolicy(iface.actions)
-    return TorchScriptPolicy(spec, iface, model)
+    assert spec is not None
+    if fmt == "callable":
+        from distmc.policy.callable import CallablePolicy
+
+        return CallablePolicy(spec, iface, model)
+    if fmt == "sb3":
+        from distmc.policy.sb3 import SB3Policy
+
+        return SB3Policy(spec, iface, model, trust=trust)
+    if fmt == "torchscript":
+        return TorchScriptPolicy(spec, iface, model)
+    from distmc.policy.statedict import StateDictPolicy
+
+    return StateDictPolicy(spec, iface, model)

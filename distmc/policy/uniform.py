@@ -15,6 +15,10 @@ class UniformPolicy:
 
     def __init__(self, actions: list[str]) -> None:
         self.actions = list(actions)
+        self.forward_passes = 0
+        self.states_evaluated = 0
 
     def forward(self, states: np.ndarray) -> np.ndarray:
+        self.forward_passes += 1
+        self.states_evaluated += states.shape[0]
         return np.ones((states.shape[0], len(self.actions)))

@@ -1,0 +1,80 @@
+"""The interface file: how a network sees a model (input features, output actions, output kind, scaling).
+
+The interface file (JSON, or TOML with ``.toml``)::
+
+    {
+      "features": ["x", "y", "done"],        # PRISM variables, in input order (default: all, in state layout order)
+      "actions": ["north", "east", "south", "west"],   # output index -> action label (default: model action order)
+      "output": "probabilities",              # or "logits" (softmax over the enabled actions)
+      "scale": {"x": 0.25},                   # optional: input = value * scale
+      "architecture": {"layers": [64, 64], "activation": "tanh"}   # only for a state_dict (distmc.policy.statedict)
+    }
+
+A policy file's interface can sit beside it (:func:`distmc.policy.find_interface`: ``trained.pt`` ->
+``trained.interface.json`` or ``trained.json``); :meth:`distmc.gym.PrismEnv.save_interface` writes one.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distmc.errors import PolicyError
+from distmc.model.program import Model
+
+__all__ = ["Interface", "load_interface"]
+
+
+@dataclass
+class Interface:
+    """How a network sees a model: input features, output actions, output kind, optional input scaling."""
+
+    features: list[str]
+    actions: list[str]
+    output: str = "probabilities"
+    scale: dict[str, float] = field(default_factory=dict)
+    architecture: dict[str, Any] | None = None
+
+
+def load_interface(path: str | Path | None, model: Model) -> Interface:
+    """Read and validate an interface file against ``model`` (None: the documented defaults)."""
+    names = [v.name for v in model.variables]
+    if path is None:
+        return Interface(features=names, actions=list(model.actions))
+    p = Path(path)
+    if not p.is_file():
+        raise PolicyError(f"{p}: no such interface file")
+    try:
+        raw: dict[str, Any] = tomllib.loads(p.read_text()) if p.suffix == ".toml" else json.loads(p.read_text())
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise PolicyError(f"{p}: cannot read interface file: {exc}") from None
+    if not isinstance(raw, dict):
+        raise PolicyError(f"{p}: the interface must be an object with 'features', 'actions', 'output'")
+    unknown_keys = set(raw) - {"features", "actions", "output", "scale", "architecture"}
+    if unknown_keys:
+        raise PolicyError(f"{p}: unknown interface key(s) {sorted(unknown_keys)}")
+    feats = raw.get("features", names)
+    acts = raw.get("actions", list(model.actions))
+    bad = [f for f in feats if f not in names]
+    if bad:
+        raise PolicyError(f"{p}: features {bad} are not variables of {model.path} (variables: {names})")
+    bad = [a for a in acts if a not in model.actions]
+    if bad:
+        raise PolicyError(f"{p}: actions {bad} are not action labels of {model.path} (actions: {model.actions})")
+    if len(set(acts)) != len(acts):
+        raise PolicyError(f"{p}: an action is listed twice in {acts}")
+    output = raw.get("output", "probabilities")
+    if output not in ("probabilities", "logits"):
+        raise PolicyError(f"{p}: output must be 'probabilities' or 'logits', not '{output}'")
+    scale = raw.get("scale", {})
+    bad = [f for f in scale if f not in feats]
+    if bad:
+        raise PolicyError(f"{p}: scale names {bad}, which are not features")
+    arch = raw.get("architecture")
+    if arch is not None and not isinstance(arch, dict):
+        raise PolicyError(f"{p}: 'architecture' must be an object such as {{\"layers\": [64, 64], \"activation\": \"tanh\"}}")
+    return Interface(features=list(feats), actions=list(acts), output=output,
+                     scale={k: float(v) for k, v in scale.items()}, architecture=arch)
