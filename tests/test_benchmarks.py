@@ -30,7 +30,7 @@ from distmc.policy import load_policy
 from tests.reference import storm_reference
 
 ENVS = load_envs()
-EPISODES = 2000
+EPISODES = 1500
 ALPHA = 1e-4  # the rollouts are seeded, so the check is deterministic; alpha sets how wide the interval is
 
 
@@ -52,7 +52,13 @@ def test_manifest_errors_name_the_table(tmp_path: Path) -> None:
         bounded_reach('P=? [F "crash"]')
 
 
-@pytest.mark.parametrize("name", list(ENVS))
+#: Environments whose full MDP takes seconds to build twice (Storm and distmc): marked slow.
+LARGE = {"avoid", "crazy_climber"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in ENVS]
+)
 def test_monolithic_matches_storm(name: str) -> None:
     e = ENVS[name]
     for prop in e.properties:
@@ -91,7 +97,7 @@ def test_monte_carlo_agrees_with_the_verified_value(name: str, mode: str) -> Non
     e = ENVS[name]
     model = e.load_model()
     policy = load_policy(str(e.policy), model, e.interface)
-    hits, n = monte_carlo(model, e.monte_carlo, policy, mode, EPISODES, seed=7)
+    hits, n = monte_carlo(e, policy, mode, EPISODES, seed=7)
     lo, hi = wilson_interval(hits, n, ALPHA)
     value = _verified(e, mode)
     assert lo <= value <= hi, f"{name} {mode}: verified {value}, Monte Carlo {hits}/{n} -> [{lo}, {hi}]"
@@ -100,9 +106,9 @@ def test_monte_carlo_agrees_with_the_verified_value(name: str, mode: str) -> Non
 def test_monte_carlo_tells_policies_apart() -> None:
     """The uniform policy's rollouts do not match the trained policy's verified value on some environment."""
     outside = []
-    for name in ("freeway", "avoid", "lake"):
+    for name in ("freeway", "lake"):
         e = ENVS[name]
-        hits, n = monte_carlo(e.load_model(), e.monte_carlo, None, "stochastic", EPISODES, seed=7)
+        hits, n = monte_carlo(e, None, "stochastic", EPISODES, seed=7)
         lo, hi = wilson_interval(hits, n, ALPHA)
         value = _verified(e, "stochastic")
         outside.append(not lo <= value <= hi)
@@ -112,7 +118,7 @@ def test_monte_carlo_tells_policies_apart() -> None:
 def test_wilson_interval() -> None:
     lo, hi = wilson_interval(50, 100, 0.05)
     assert lo == pytest.approx(0.4038, abs=1e-3) and hi == pytest.approx(0.5962, abs=1e-3)
-    assert wilson_interval(0, 10, 0.05)[0] == 0.0
+    assert wilson_interval(0, 10, 0.05)[0] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_each_distinct_state_goes_through_the_network_once() -> None:
