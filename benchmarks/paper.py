@@ -127,7 +127,61 @@ def child_callback(t: dict[str, Any]) -> dict[str, Any]:
             "network_calls": r["network_calls"], "timings": r["timings"]}
 
 
-CHILDREN = {"distmc": child_distmc, "storm": child_storm, "callback": child_callback}
+def child_profile(t: dict[str, Any]) -> dict[str, Any]:
+    """Where distmc's time goes on one run: the phases of :func:`distmc.api.verify`, split further.
+
+    ``load_policy`` is split into loading the TorchScript file and the CPU thread-count calibration
+    (``TorchScriptPolicy._choose_threads``, timed by wrapping it); exploration into the policy's forward passes
+    and the rest (kernel, visited set, rows).
+    """
+    import torch  # noqa: F401
+
+    from distmc.api import verify
+    from distmc.assemble.reducer import assemble
+    from distmc.assemble.storm import to_storm
+    from distmc.check.checker import check
+    from distmc.explore.local import explore_local
+    from distmc.pipeline import Job
+    from distmc.policy.torchscript import TorchScriptPolicy
+
+    verify(REPO / "distmc" / "examples" / "gridworld.prism", 'P=? [F "crash"]', constants="N=2")  # warm-up
+    spent = {"calibrate_s": 0.0, "forward_s": 0.0}
+    choose = TorchScriptPolicy._choose_threads
+    forward = TorchScriptPolicy.forward
+
+    def timed_choose(self: Any, width: int) -> None:
+        t0 = time.perf_counter()
+        choose(self, width)
+        spent["calibrate_s"] += time.perf_counter() - t0
+
+    def timed_forward(self: Any, states: Any) -> Any:
+        t0 = time.perf_counter()
+        out = forward(self, states)
+        spent["forward_s"] += time.perf_counter() - t0
+        return out
+
+    TorchScriptPolicy._choose_threads = timed_choose  # type: ignore[method-assign]
+    TorchScriptPolicy.forward = timed_forward  # type: ignore[method-assign]
+    t0 = time.perf_counter()
+    parts = Job(t["file"], t["prop"], t["constants"] or None, t["policy"], t["interface"], t["mode"]).build()
+    t1 = time.perf_counter()
+    assert parts.expander is not None
+    explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states))
+    t2 = time.perf_counter()
+    induced = assemble(explored, parts.model, parts.codec, parts.spec.atoms, parts.reward_names,
+                       force_mdp=parts.force_mdp)
+    storm_model = to_storm(induced)
+    t3 = time.perf_counter()
+    result = check(storm_model, parts.spec, induced.kind, induced.initial)
+    t4 = time.perf_counter()
+    pol = parts.policy
+    return {"seconds": t4 - t0, "result": _value(result), "states": induced.n_states,
+            "build_s": t1 - t0, "calibrate_s": spent["calibrate_s"], "explore_s": t2 - t1,
+            "forward_s": spent["forward_s"], "assemble_s": t3 - t2, "check_s": t4 - t3,
+            "policy_states": getattr(pol, "states_evaluated", 0), "forward_passes": getattr(pol, "forward_passes", 0)}
+
+
+CHILDREN = {"distmc": child_distmc, "storm": child_storm, "callback": child_callback, "profile": child_profile}
 
 
 def _spawn(task: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -295,6 +349,30 @@ def write_results(rows: list[dict[str, Any]], command: str, timeout: float, path
     path.write_text(text)
 
 
+def ratio(env: str, repeat: int, timeout: float) -> int:
+    """Print callback / distmc end-to-end ratios (stochastic mode) on one environment, and distmc's profile."""
+    (case,) = project_cases([env])
+    print(f"{case.name} [{case.constants}], network 2x{case.hidden}; stochastic mode; {repeat} alternating runs")
+    print("| property | run | distmc s | callback s | ratio | distmc: build (calibrate) / explore (forward) / "
+          "assemble / check s | policy states, forward passes | callback network calls |")
+    print("|---|---|---|---|---|---|---|---|")
+    for prop in case.properties:
+        task = {"file": str(case.file), "constants": case.constants, "prop": prop, "policy": str(case.policy),
+                "interface": str(case.interface), "mode": "stochastic"}
+        for i in range(repeat):
+            d = _spawn({**task, "kind": "distmc"}, timeout)
+            c = _spawn({**task, "kind": "callback"}, timeout)
+            p = _spawn({**task, "kind": "profile"}, timeout)
+            if "seconds" not in d or "seconds" not in c or "seconds" not in p:
+                print(f"| `{prop}` | {i + 1} | {d} | {c} | | | | |")
+                continue
+            prof = (f"{p['build_s']:.2f} ({p['calibrate_s']:.2f}) / {p['explore_s']:.2f} ({p['forward_s']:.2f}) / "
+                    f"{p['assemble_s']:.2f} / {p['check_s']:.2f}")
+            print(f"| `{prop}` | {i + 1} | {d['seconds']:.2f} | {c['seconds']:.2f} | {c['seconds'] / d['seconds']:.1f}x "
+                  f"| {prof} | {p['policy_states']:,}, {p['forward_passes']} | {c['network_calls']:,} |", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -305,12 +383,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run (default: %(default)s)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md and the plot")
+    ap.add_argument("--ratio", metavar="ENV", help="instead: distmc vs callback (stochastic) on one project "
+                    "environment's properties, alternating, --repeat times, plus a profile of distmc's phases")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per side with --ratio (default: %(default)s)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         task = json.loads(args.child)
         print(json.dumps(CHILDREN[task["kind"]](task)))
         return 0
+    if args.ratio:
+        return ratio(args.ratio, args.repeat, args.timeout)
     methods = tuple(m.strip() for m in args.methods.split(","))
     unknown = set(methods) - set(METHODS)
     if unknown:
