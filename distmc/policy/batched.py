@@ -44,6 +44,9 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+#: Thread counts chosen by measurement in this process: (threads available, network shape) -> threads.
+_THREAD_CHOICE: dict[tuple[int, object], int] = {}
+
 class BatchedPolicy:
     """A policy evaluated in fixed-shape batches of the interface's inputs (subclasses implement :meth:`_call`).
 
@@ -110,12 +113,23 @@ class TorchPolicy(BatchedPolicy):
 
         if torch.get_num_threads() <= 1:
             return
-        x = torch.zeros((4096, width), dtype=torch.float32)
+        try:
+            shape = (width, tuple(tuple(p.shape) for p in self.net.parameters()))
+        except Exception:  # noqa: BLE001 - a module without parameters(): measure it every time
+            shape = None
+        threads = torch.get_num_threads()
+        if shape is not None and (threads, shape) in _THREAD_CHOICE:
+            torch.set_num_threads(_THREAD_CHOICE[threads, shape])
+            return
+        # One batch of the shape forward() uses: a warm-up run, then the better of two (it costs ~6 batches of
+        # network work; it once cost ~24, as much as a whole policy phase of a 2x1024 network on Crazy Climber).
+        x = torch.zeros((BATCH, width), dtype=torch.float32)
 
         def best() -> float:
             times = []
             with torch.inference_mode(), torch.jit.optimized_execution(False):
-                for _ in range(3):
+                self.net(x)
+                for _ in range(2):
                     t = time.perf_counter()
                     self.net(x)
                     times.append(time.perf_counter() - t)
@@ -123,13 +137,14 @@ class TorchPolicy(BatchedPolicy):
 
         try:
             many = best()
-            threads = torch.get_num_threads()
             torch.set_num_threads(1)
             one = best()
         except Exception:  # noqa: BLE001 - a network that fails here fails again, with a clear error, in forward()
             return
-        if many < one:
-            torch.set_num_threads(threads)
+        chosen = threads if many < one else 1
+        torch.set_num_threads(chosen)
+        if shape is not None:
+            _THREAD_CHOICE[threads, shape] = chosen
 
     def _call(self, chunk: np.ndarray) -> np.ndarray:
         import torch
