@@ -147,7 +147,7 @@ def test_split_pieces_tile_the_box_and_hold_every_point_s_action() -> None:
 def test_splitter_cache_and_workers_do_not_change_the_result() -> None:
     net = Network.random([2, 32, 32, 2], "relu", 5)
     rng = np.random.default_rng(2)
-    lo = rng.uniform(-1, 1, (40, 2))
+    lo = rng.uniform(-1, 1, (300, 2))
     hi = lo + 0.4
     one = Splitter(net, np.ones(2), 5, workers=1).split(lo, hi)
     with Splitter(net, np.ones(2), 5, workers=2) as s:

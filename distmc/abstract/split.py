@@ -28,6 +28,8 @@ __all__ = ["Pieces", "Splitter", "split_boxes"]
 
 #: Most pieces one call may produce (guards against a runaway ``max_splits``).
 MAX_PIECES = 5_000_000
+#: Fewest boxes (per worker) worth sending to the worker processes; smaller batches are split in-process.
+MIN_PARALLEL = 64
 
 
 @dataclass
@@ -119,6 +121,14 @@ class Splitter:
                                              initializer=_init_worker, initargs=(self.net.to_arrays(), 1))
         return self._pool
 
+    def start(self) -> None:
+        """Start the worker processes now (and wait until each has loaded the network), not at the first batch."""
+        if self.workers > 1:
+            pool = self._pool_get()
+            lo = np.zeros((1, self.dim))
+            for f in [pool.submit(_split_job, lo, lo, self.scale, 0, "ibp") for _ in range(self.workers)]:
+                f.result()
+
     def close(self) -> None:
         """Stop the worker processes."""
         if self._pool is not None:
@@ -169,7 +179,7 @@ class Splitter:
         parts: list[Pieces] = [Pieces(np.flatnonzero(hit), lo[hit], hi[hit], known[hit])]
         offsets = [0]
         if miss.size:
-            if self.workers == 1 or miss.size < 2 * self.workers:
+            if self.workers == 1 or miss.size < MIN_PARALLEL * self.workers:
                 chunks = [miss]
                 results = [split_boxes(self.net, lo[miss], hi[miss], self.scale, self.max_splits, self.method)]
             else:
