@@ -254,3 +254,17 @@ def test_cartpole_projection_plot(tmp_path: Path) -> None:
     a = Analysis("cartpole", 3, 0.05, "none", lo, lo + 0.3, rng.uniform(size=20), np.zeros(20))
     plot(a, get_env("cartpole"), tmp_path / "c.png")
     assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_loader_drops_a_final_softmax_and_reads_tanh(tmp_path: Path) -> None:
+    seq = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3), torch.nn.Softmax(dim=1))
+    torch.save(seq.state_dict(), tmp_path / "n.pt")
+    layers = [{"type": "linear", "in": 2, "out": 8}, {"type": "tanh"}, {"type": "linear", "in": 8, "out": 3},
+              {"type": "softmax"}]
+    (tmp_path / "n.json").write_text(json.dumps({"weights": "n.pt", "layers": layers}))
+    net = load_network(tmp_path / "n.pt")
+    x = torch.randn(50, 2)
+    assert (net.act(x.double().numpy()) == seq(x).argmax(dim=1).numpy()).all()
+    (tmp_path / "bad.json").write_text(json.dumps({"weights": "n.pt", "layers": [{"type": "conv"}]}))
+    with pytest.raises(DistmcError, match="not supported"):
+        load_network(tmp_path / "bad.json")

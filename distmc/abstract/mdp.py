@@ -80,8 +80,6 @@ class BoxExpander:
         self._images: list[np.ndarray] = []  # rows [2d + 2] int64: cell index lo, hi, overlaps failure, inside
         self._memo: dict[int, np.ndarray] = {}  # box-state key -> [rows, outcomes] image keys
         self.cutoff = False  # expand everything as a self-loop (the last BFS level)
-        self.codec = self  # explore_local and Partition ask expander.codec.dtype
-        self.dtype = np.dtype(np.uint64)
         self.stats = {"box_states": 0, "image_states": 0, "split_s": 0.0}
 
     # -- keys --------------------------------------------------------------------------------------------------
@@ -125,6 +123,10 @@ class BoxExpander:
         maybe = maybe | ((lo < self.safe_lo) | (hi > self.safe_hi)).any(axis=1)
         surely = surely | ((hi < self.safe_lo) | (lo > self.safe_hi)).any(axis=1)
         clo, chi = np.maximum(lo, self.safe_lo), np.minimum(hi, self.safe_hi)
+        span = np.where(surely[:, None], 0.0, np.maximum(np.abs(clo), np.abs(chi)) / self.cell)
+        if not (span < self.half - 1).all():  # also catches inf and nan
+            raise ResourceLimitError(f"an image box reached {np.nanmax(np.abs(np.concatenate([clo, chi])))}: beyond "
+                                     f"the lattice's +-{self.half} cells per dimension; use a shorter horizon")
         ilo = np.floor(clo / self.cell - 1e-9).astype(np.int64)
         ihi = np.floor(chi / self.cell + 1e-9).astype(np.int64)
         ilo[surely], ihi[surely] = 0, -1

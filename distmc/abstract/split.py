@@ -108,6 +108,7 @@ class Splitter:
         self.use_cache = use_cache
         props = index.Property()
         props.dimension = self.dim
+        props.variant = index.RT_Star
         self._tree = index.Index(properties=props) if use_cache else None
         self._los: list[np.ndarray] = []
         self._his: list[np.ndarray] = []
