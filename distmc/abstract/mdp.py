@@ -2,8 +2,9 @@
 
 **States.** Keys are uint64 with a 2-bit tag: ``FAIL`` (the failure sink); *cells* of a lattice of boxes of
 widths ``env.cell`` (each clipped to the safe box); *initial boxes* (a registry); and *image states*: the
-interval image of a box under one fault outcome, kept as the index ranges of the lattice cells it overlaps plus
-two flags (it overlaps the failure region, it lies inside it).
+interval image of a box under one fault outcome, encoded in its key as the index ranges of the lattice cells it
+overlaps plus two flags (it overlaps the failure region, it lies inside it). Every key but an initial box's says
+what its state is, so any process can expand it: the Ray driver explores this MDP like any model.
 
 **Transitions.** A box state (initial box or cell) is split by the network's action
 (:mod:`distmc.abstract.split`); every (piece, action the piece may choose) is one nondeterministic row, a
@@ -76,8 +77,10 @@ class BoxExpander:
         self.outcomes = faults.outcomes()
         self.init_lo = np.zeros((0, self.d))
         self.init_hi = np.zeros((0, self.d))
-        self._image_index: dict[bytes, int] = {}
-        self._images: list[np.ndarray] = []  # rows [2d + 2] int64: cell index lo, hi, overlaps failure, inside
+        self.ibits = 60 // self.d  # image keys: per dimension, first cell index and span; then two flags
+        self.sbits = self.ibits // 3
+        self.obits = self.ibits - self.sbits
+        self.image_keys: set[int] = set()  # seen here (statistics only)
         self._memo: dict[int, np.ndarray] = {}  # box-state key -> [rows, outcomes] image keys
         self.cutoff = False  # expand everything as a self-loop (the last BFS level)
         self.stats = {"box_states": 0, "image_states": 0, "split_s": 0.0}
@@ -130,22 +133,37 @@ class BoxExpander:
         ilo = np.floor(clo / self.cell - 1e-9).astype(np.int64)
         ihi = np.floor(chi / self.cell + 1e-9).astype(np.int64)
         ilo[surely], ihi[surely] = 0, -1
-        sig = np.concatenate([ilo, ihi, maybe[:, None], surely[:, None]], axis=1).astype(np.int64)
-        uniq, inverse = np.unique(sig, axis=0, return_inverse=True)
-        ids = np.empty(uniq.shape[0], dtype=np.int64)
-        for i, row in enumerate(uniq):
-            b = row.tobytes()
-            j = self._image_index.get(b)
-            if j is None:
-                j = self._image_index[b] = len(self._images)
-                self._images.append(row)
-            ids[i] = j
-        return (TAG_IMAGE << TAG_SHIFT) | ids[inverse.reshape(-1)].astype(np.uint64)
+        span = ihi - ilo + 1
+        span[surely] = 0
+        ilo[surely] = 0
+        off = ilo + (1 << (self.obits - 1))
+        if (span >= 1 << self.sbits).any() or (off < 0).any() or (off >= 1 << self.obits).any():
+            raise ResourceLimitError(f"an image spans {int(span.max())} lattice cells in one dimension or lies beyond "
+                                     f"+-{1 << (self.obits - 1)} cells (the most an image key holds); use a shorter "
+                                     "horizon")
+        key = np.zeros(lo.shape[0], dtype=np.uint64)
+        for j in range(self.d):
+            key |= (off[:, j].astype(np.uint64) | (span[:, j].astype(np.uint64) << np.uint64(self.obits))) << np.uint64(
+                j * self.ibits)
+        key |= maybe.astype(np.uint64) << np.uint64(60)
+        key |= surely.astype(np.uint64) << np.uint64(61)
+        key |= TAG_IMAGE << TAG_SHIFT
+        self.image_keys.update(np.unique(key).tolist())
+        return key
+
+    def _decode_images(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(first cell index ``[N, d]``, span ``[N, d]``, overlaps failure ``[N]``, inside it ``[N]``)."""
+        omask, smask = np.uint64((1 << self.obits) - 1), np.uint64((1 << self.sbits) - 1)
+        fields = [keys >> np.uint64(j * self.ibits) for j in range(self.d)]
+        ilo = np.stack([(f & omask).astype(np.int64) - (1 << (self.obits - 1)) for f in fields], axis=1)
+        span = np.stack([((f >> np.uint64(self.obits)) & smask).astype(np.int64) for f in fields], axis=1)
+        one = np.uint64(1)
+        return ilo, span, ((keys >> np.uint64(60)) & one).astype(bool), ((keys >> np.uint64(61)) & one).astype(bool)
 
     def image_flags(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(overlaps the failure region, lies inside it) of image-state keys."""
-        rows = np.array([self._images[int(i)] for i in (keys & PAYLOAD)], dtype=np.int64).reshape(-1, 2 * self.d + 2)
-        return rows[:, -2].astype(bool), rows[:, -1].astype(bool)
+        _, _, maybe, surely = self._decode_images(keys)
+        return maybe, surely
 
     # -- expansion ---------------------------------------------------------------------------------------------
 
@@ -183,9 +201,7 @@ class BoxExpander:
 
     def _expand_images(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Dirac rows of image states: (row source index ``[R]``, target key ``[R]``)."""
-        rows = np.array([self._images[int(i)] for i in (keys & PAYLOAD)], dtype=np.int64).reshape(-1, 2 * self.d + 2)
-        ilo, ihi, maybe = rows[:, : self.d], rows[:, self.d : 2 * self.d], rows[:, -2].astype(bool)
-        span = np.maximum(ihi - ilo + 1, 0)
+        ilo, span, maybe, _ = self._decode_images(keys)
         count = span.prod(axis=1)
         if (count > MAX_CELLS_PER_IMAGE).any():
             raise ResourceLimitError(f"an image overlaps {int(count.max())} lattice cells (more than "

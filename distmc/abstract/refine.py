@@ -118,8 +118,8 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
             out.lo, out.hi = np.concatenate([out.lo[keep], clo]), np.concatenate([out.hi[keep], chi])
             out.upper, out.lower = np.concatenate([out.upper[keep], up]), np.concatenate([out.lower[keep], low])
             record(step, res.stats)
-        out.stats = {"abstract_states": expander.stats["box_states"] + len(expander._images) + 1,
-                     "box_states": expander.stats["box_states"], "image_states": len(expander._images),
+        out.stats = {"abstract_states": expander.stats["box_states"] + len(expander.image_keys) + 1,
+                     "box_states": expander.stats["box_states"], "image_states": len(expander.image_keys),
                      "split_s": round(expander.stats["split_s"], 3), "elapsed_s": round(time.perf_counter() - t0, 3),
                      "loosened": loosened, "workers": workers, "method": method, "max_splits": max_splits,
                      "min_size": min_size, **{f"splitter_{k}": v for k, v in splitter.stats.items()}}
