@@ -26,7 +26,11 @@ def add_parser(sub: Any) -> None:
                    help="refine no box narrower than this fraction of the initial region in every dimension")
     p.add_argument("--max-splits", type=int, default=4, help="bisections per box when splitting by action")
     p.add_argument("--bounds", default="crown", choices=["crown", "ibp"], help="network bounds")
-    p.add_argument("--workers", type=int, default=1, help="processes splitting boxes by action")
+    p.add_argument("--workers", type=int, default=1,
+                   help="local: processes splitting boxes by action; ray: actors exploring the abstract MDP")
+    p.add_argument("--driver", default="local", choices=["local", "ray"],
+                   help="explore the abstract MDP in-process (local) or on Ray actors (ray)")
+    p.add_argument("--address", default=None, help="with --driver ray: Ray cluster to join (auto or HOST:PORT)")
     p.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     p.add_argument("--plot", default=None, help="write a heatmap (2-D) or histogram and projection (PNG)")
     p.add_argument("--rows", type=int, default=20, help="boxes listed in the table")
@@ -49,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
         check_fit(env, net, args.policy)
         result = analyse(env, net, faults, horizon=args.horizon, refine=args.refine, threshold=args.threshold,
                          min_size=args.min_size, max_splits=args.max_splits, workers=args.workers,
-                         method=args.bounds)
+                         method=args.bounds, driver=args.driver, address=args.address)
         print(summary(result, env, args.rows))
         if args.json_path:
             Path(args.json_path).write_text(to_json(result, env))

@@ -309,15 +309,29 @@ def _values(model: Any, formula: str) -> np.ndarray:
     return np.asarray(result.get_value_vector(), dtype=np.float64)
 
 
-def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon: int) -> AbstractResult:
-    """Upper and lower bounds on failure within ``horizon`` decisions from each initial box ``[I, d]``."""
+def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon: int, *, driver: str = "local",
+                 workers: int = 1, address: str | None = None) -> AbstractResult:
+    """Upper and lower bounds on failure within ``horizon`` decisions from each initial box ``[I, d]``.
+
+    ``driver="ray"`` explores on ``workers`` Ray actors (:mod:`distmc.abstract.distributed`) instead of in-process.
+    """
     if horizon < 1:
         raise PropertyError(f"--horizon {horizon}: the horizon must be at least 1 step")
     t0 = time.perf_counter()
     split0 = expander.stats["split_s"]
     keys = expander.add_initial(lo, hi)
     steps = 2 * horizon - 1
-    parts, ids = explore_bounded(expander, keys, steps)
+    if driver == "ray":
+        from distmc.abstract.distributed import BoxJob, KeyCodec
+        from distmc.explore.ray_driver import explore_ray
+
+        sp = expander.splitter
+        job = BoxJob(expander.env.name, sp.net.to_arrays(), expander.faults, expander.init_lo, expander.init_hi,
+                     sp.max_splits, sp.method)
+        parts = explore_ray(job, KeyCodec(), keys, workers, address=address)  # type: ignore[arg-type]
+        ids = parts.initial
+    else:
+        parts, ids = explore_bounded(expander, keys, steps)
     t1 = time.perf_counter()
     model = to_storm(_induced(expander, parts))
     upper = _values(model, f'Pmax=? [F<={steps} "possibly_fail"]')[ids]

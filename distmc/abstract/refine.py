@@ -80,17 +80,26 @@ def check_fit(env: ContinuousEnv, net: Network, source: str) -> None:
 
 def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: int, refine: int,
             threshold: float = 0.05, min_size: float = 1 / 64, max_splits: int = 4, workers: int = 1,
-            method: str = "crown", progress: Any = None) -> Analysis:
-    """Bounds for the initial region, refined ``refine`` times (see the module docstring)."""
+            method: str = "crown", driver: str = "local", address: str | None = None,
+            progress: Any = None) -> Analysis:
+    """Bounds for the initial region, refined ``refine`` times (see the module docstring).
+
+    With ``driver="local"`` the abstract MDP is explored in-process and ``workers`` processes split boxes by
+    action; with ``driver="ray"`` it is explored (and split) by ``workers`` Ray actors.
+    """
+    if driver not in ("local", "ray"):
+        raise DistmcError(f"driver must be 'local' or 'ray', not '{driver}'")
     if refine < 0 or not 0.0 <= threshold <= 1.0 or not 0.0 < min_size <= 1.0 or max_splits < 0:
         raise DistmcError("need --refine >= 0, 0 <= --threshold <= 1, 0 < --min-size <= 1 and --max-splits >= 0")
     a = env.arrays()
     width = a["init_hi"] - a["init_lo"]
     t0 = time.perf_counter()
-    with Splitter(net, a["cell"], max_splits, method=method, workers=workers) as splitter:
+    ray = driver == "ray"
+    with Splitter(net, a["cell"], max_splits, method=method, workers=1 if ray else workers,
+                  use_cache=not ray) as splitter:
         expander = BoxExpander(env, splitter, faults)
         lo, hi = a["init_lo"][None, :], a["init_hi"][None, :]
-        res = check_bounds(expander, lo, hi, horizon)
+        res = check_bounds(expander, lo, hi, horizon, driver=driver, workers=workers, address=address)
         out = Analysis(env.name, horizon, threshold, faults.describe(), lo, hi, res.upper, res.lower)
         loosened = 0
 
@@ -109,7 +118,7 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
                 break
             idx = np.flatnonzero(todo)
             clo, chi = bisect(out.lo[idx], out.hi[idx], width)
-            res = check_bounds(expander, clo, chi, horizon)
+            res = check_bounds(expander, clo, chi, horizon, driver=driver, workers=workers, address=address)
             parent = np.concatenate([idx, idx])
             up = np.minimum(res.upper, out.upper[parent])
             low = np.maximum(res.lower, out.lower[parent])
@@ -118,9 +127,11 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
             out.lo, out.hi = np.concatenate([out.lo[keep], clo]), np.concatenate([out.hi[keep], chi])
             out.upper, out.lower = np.concatenate([out.upper[keep], up]), np.concatenate([out.lower[keep], low])
             record(step, res.stats)
-        out.stats = {"abstract_states": expander.stats["box_states"] + len(expander.image_keys) + 1,
+        # With Ray the states live in the actors: report the largest abstract MDP built instead.
+        local_states = expander.stats["box_states"] + len(expander.image_keys) + 1
+        out.stats = {"abstract_states": max(h["new_states"] for h in out.history) if ray else local_states,
                      "box_states": expander.stats["box_states"], "image_states": len(expander.image_keys),
                      "split_s": round(expander.stats["split_s"], 3), "elapsed_s": round(time.perf_counter() - t0, 3),
-                     "loosened": loosened, "workers": workers, "method": method, "max_splits": max_splits,
+                     "loosened": loosened, "workers": workers, "driver": driver, "method": method, "max_splits": max_splits,
                      "min_size": min_size, **{f"splitter_{k}": v for k, v in splitter.stats.items()}}
     return out
