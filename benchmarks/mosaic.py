@@ -26,15 +26,16 @@ from distmc.abstract.report import plot
 HERE = Path(__file__).parent
 
 
-def run(env_name: str, horizon: int, refine: int, fault: str, workers: int, png: str | None) -> dict:
+def run(env_name: str, horizon: int, refine: int, fault: str, workers: int, png: str | None,
+        driver: str = "local") -> dict:
     env, net = get_env(env_name), load_network(HERE / "policies" / f"{env_name}.json")
     t = time.perf_counter()
-    a = analyse(env, net, parse_fault(fault), horizon=horizon, refine=refine, workers=workers)
+    a = analyse(env, net, parse_fault(fault), horizon=horizon, refine=refine, workers=workers, driver=driver)
     wall = time.perf_counter() - t
     if png:
         plot(a, env, HERE / png)
     return {"env": env_name, "horizon": horizon, "refine_requested": refine, "refine_done": len(a.history) - 1,
-            "fault": fault, "workers": workers, "wall_s": round(wall, 2), "split_s": a.stats["split_s"],
+            "fault": fault, "driver": driver, "workers": workers, "wall_s": round(wall, 2), "split_s": a.stats["split_s"],
             "initial_boxes": int(a.lo.shape[0]), "abstract_states": a.stats["abstract_states"],
             "safe_fraction": round(a.safe_fraction(), 4), "unsafe_fraction": round(a.unsafe_fraction(), 4),
             "loosened": a.stats["loosened"], "_bounds": (a.lo, a.upper, a.lower)}
@@ -64,6 +65,7 @@ def main() -> None:
     ap.add_argument("--refine", type=int, default=50)
     ap.add_argument("--fault", default="sticky:0.2")
     ap.add_argument("--cartpole-horizon", type=int, default=3)
+    ap.add_argument("--ray", action="store_true", help="also explore on the Ray driver with 1 and 2 actors")
     args = ap.parse_args()
     torch.set_num_threads(1)  # one core per worker: the 1-worker run does not get torch's intra-op threads
     print(json.dumps({"machine": f"{platform.node()} {platform.processor() or platform.machine()}, shared"}))
@@ -74,6 +76,14 @@ def main() -> None:
         print(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}))
     same = all(np.array_equal(x, y) for x, y in zip(results[0]["_bounds"], results[1]["_bounds"], strict=True))
     print(json.dumps({"identical_bounds_1_vs_2_workers": same}))
+    if args.ray:
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        for workers in (1, 2):
+            r = run("pendulum", args.horizon, args.refine, args.fault, workers, None, driver="ray")
+            print(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}))
+        ray.shutdown()
     phases = [split_phase(w) for w in (1, 2)]
     for ph in phases:
         print(json.dumps({k: v for k, v in ph.items() if not k.startswith("_")}))
