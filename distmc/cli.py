@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
+    from distmc.abstract.cli import add_parser as add_abstract
+
+    add_abstract(sub)
     return p
 
 
@@ -83,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmc`` command."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "abstract":
+        return int(args.handler(args))
     if args.resume is None and (args.model is None or args.prop is None):
         parser.error("a MODEL and --prop are required (or --resume DIR to continue a checkpointed run)")
     if args.export is not None and Path(args.export).suffix not in (".drn", ".umb"):

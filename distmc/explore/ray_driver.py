@@ -270,7 +270,7 @@ class PartitionActor:
             self.rows, self.rewards, self.flags = [], [], []
             self.stats["checkpoint_s"] += time.perf_counter() - t1
         delta, self.policy_reported = self.policy_states - self.policy_reported, self.policy_states
-        calls = int(getattr(self.expander.policy, "forward_passes", 0))
+        calls = int(getattr(getattr(self.expander, "policy", None), "forward_passes", 0))
         calls, self.calls_reported = calls - self.calls_reported, calls
         return {"transitions": transitions, "policy_states": delta, "policy_calls": calls, "rss": rss_bytes()}
 
@@ -287,7 +287,7 @@ class PartitionActor:
             + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards)
             + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
             rss=rss_bytes(),
-            policy_s=float(getattr(self.expander.policy, "seconds", 0.0)),
+            policy_s=float(getattr(getattr(self.expander, "policy", None), "seconds", 0.0)),
             peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
         )
         if not rows:

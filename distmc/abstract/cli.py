@@ -1,0 +1,67 @@
+"""``distmc abstract ENV --policy FILE ...``: bounds on failure of a continuous-state controller (MOSAIC)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from distmc.errors import DistmcError
+
+__all__ = ["add_parser", "main"]
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``abstract`` subcommand to the ``distmc`` subparsers ``sub``."""
+    p = sub.add_parser("abstract", help="bound the failure probability of a continuous-state controller (MOSAIC)")
+    p.add_argument("env", help="environment: pendulum or cartpole")
+    p.add_argument("--policy", required=True, help="controller: JSON spec (with its .pt weights next to it)")
+    p.add_argument("--horizon", type=int, default=7, help="decision steps (default 7)")
+    p.add_argument("--refine", type=int, default=0, help="refinement steps (default 0)")
+    p.add_argument("--threshold", type=float, default=0.05, help="a box is safe if its upper bound is at most this")
+    p.add_argument("--fault", default=None, help="fault model: fail:P, sticky:P or both, e.g. sticky:0.2")
+    p.add_argument("--min-size", type=float, default=1 / 64,
+                   help="refine no box narrower than this fraction of the initial region in every dimension")
+    p.add_argument("--max-splits", type=int, default=4, help="bisections per box when splitting by action")
+    p.add_argument("--bounds", default="crown", choices=["crown", "ibp"], help="network bounds")
+    p.add_argument("--workers", type=int, default=1,
+                   help="local: processes splitting boxes by action; ray: actors exploring the abstract MDP")
+    p.add_argument("--driver", default="local", choices=["local", "ray"],
+                   help="explore the abstract MDP in-process (local) or on Ray actors (ray)")
+    p.add_argument("--address", default=None, help="with --driver ray: Ray cluster to join (auto or HOST:PORT)")
+    p.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
+    p.add_argument("--plot", default=None, help="write a heatmap (2-D) or histogram and projection (PNG)")
+    p.add_argument("--rows", type=int, default=20, help="boxes listed in the table")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``distmc abstract`` with parsed ``args``; returns the exit code."""
+    try:
+        from distmc.abstract.envs import get_env
+        from distmc.abstract.faults import parse_fault
+        from distmc.abstract.network import load_network
+        from distmc.abstract.refine import analyse, check_fit
+        from distmc.abstract.report import plot, summary, to_json
+
+        env = get_env(args.env)
+        faults = parse_fault(args.fault)
+        net = load_network(args.policy)
+        check_fit(env, net, args.policy)
+        result = analyse(env, net, faults, horizon=args.horizon, refine=args.refine, threshold=args.threshold,
+                         min_size=args.min_size, max_splits=args.max_splits, workers=args.workers,
+                         method=args.bounds, driver=args.driver, address=args.address)
+        print(summary(result, env, args.rows))
+        if args.json_path:
+            Path(args.json_path).write_text(to_json(result, env))
+        if args.plot:
+            plot(result, env, args.plot)
+    except DistmcError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"distmc: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0

@@ -1,0 +1,92 @@
+"""Output of ``distmc abstract``: a table of initial boxes, a JSON report, and plots (as the MOSAIC paper shows).
+
+2-D systems get a heatmap of the upper bound over the initial region; higher dimensions get a histogram of the
+volume per upper bound and a 2-D projection (each box drawn as its projection, the worst bounds on top).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distmc.abstract.envs import ContinuousEnv
+from distmc.abstract.refine import Analysis
+
+__all__ = ["plot", "summary", "to_json"]
+
+
+def summary(a: Analysis, env: ContinuousEnv, rows: int = 20) -> str:
+    """Text report: the settings, the refinement history, and the worst ``rows`` boxes by upper bound."""
+    lines = [f"distmc abstract {a.env}: horizon {a.horizon}, fault {a.fault}, threshold {a.threshold:g}",
+             f"  {a.lo.shape[0]} initial boxes, {a.stats.get('abstract_states', 0)} abstract states "
+             f"({a.stats.get('box_states', 0)} boxes, {a.stats.get('image_states', 0)} images), "
+             f"{a.stats.get('elapsed_s', 0):.2f} s (split {a.stats.get('split_s', 0):.2f} s, "
+             f"{a.stats.get('workers', 1)} workers)",
+             f"  safe volume (upper <= {a.threshold:g}): {a.safe_fraction():.4f}; surely unsafe (lower > "
+             f"{a.threshold:g}): {a.unsafe_fraction():.4f}",
+             "  step  boxes  safe_fraction  unsafe_fraction"]
+    for h in a.history:
+        lines.append(f"  {h['step']:>4}  {h['boxes']:>5}  {h['safe_fraction']:>13.4f}  {h['unsafe_fraction']:>15.4f}")
+    order = np.argsort(-a.upper, kind="stable")[:rows]
+    names = "  ".join(f"{n:>21}" for n in env.state_names)
+    lines.append(f"  worst {len(order)} boxes by upper bound:\n  {names}  {'lower':>7}  {'upper':>7}")
+    for i in order:
+        cells = "  ".join(f"[{a.lo[i, j]:+.4f},{a.hi[i, j]:+.4f}]" for j in range(env.dim))
+        lines.append(f"  {cells}  {a.lower[i]:7.4f}  {a.upper[i]:7.4f}")
+    return "\n".join(lines)
+
+
+def to_json(a: Analysis, env: ContinuousEnv) -> str:
+    """Every box with its bounds, the history and the statistics."""
+    doc: dict[str, Any] = {
+        "env": a.env, "state_names": list(env.state_names), "horizon": a.horizon, "fault": a.fault,
+        "threshold": a.threshold, "safe_fraction": a.safe_fraction(), "unsafe_fraction": a.unsafe_fraction(),
+        "history": a.history, "stats": a.stats,
+        "boxes": [{"lo": a.lo[i].tolist(), "hi": a.hi[i].tolist(), "lower": float(a.lower[i]),
+                   "upper": float(a.upper[i])} for i in range(a.lo.shape[0])],
+    }
+    return json.dumps(doc, indent=1)
+
+
+def plot(a: Analysis, env: ContinuousEnv, path: str | Path, dims: tuple[int, int] | None = None) -> None:
+    """Heatmap of the upper bound (2-D), or a volume histogram and a 2-D projection (higher dimensions)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    d = env.dim
+    i, j = dims if dims is not None else ((0, 1) if d == 2 else (d - 2, d - 1))
+    fig, axes = plt.subplots(1, 1 if d == 2 else 2, figsize=(6 if d == 2 else 12, 5), squeeze=False)
+    ax = axes[0][-1]
+    order = np.argsort(a.upper, kind="stable")  # worst drawn last (on top)
+    rects = [Rectangle((a.lo[k, i], a.lo[k, j]), a.hi[k, i] - a.lo[k, i], a.hi[k, j] - a.lo[k, j]) for k in order]
+    pc = PatchCollection(rects, cmap="RdYlGn_r", edgecolor="k", linewidth=0.2, alpha=1.0 if d == 2 else 0.6)
+    pc.set_array(a.upper[order])
+    pc.set_clim(0, 1)
+    ax.add_collection(pc)
+    ax.set_xlim(a.lo[:, i].min(), a.hi[:, i].max())
+    ax.set_ylim(a.lo[:, j].min(), a.hi[:, j].max())
+    ax.set_xlabel(env.state_names[i])
+    ax.set_ylabel(env.state_names[j])
+    kind = "upper bound" if d == 2 else f"projection on ({env.state_names[i]}, {env.state_names[j]})"
+    ax.set_title(f"{a.env}: P(fail within {a.horizon}) {kind}\nfault {a.fault}, safe fraction "
+                 f"{a.safe_fraction():.3f} at {a.threshold:g}")
+    fig.colorbar(pc, ax=ax, label="upper bound on failure probability")
+    if d != 2:
+        h = axes[0][0]
+        v = a.volumes()
+        h.hist(a.upper, bins=np.linspace(0, 1, 21), weights=v / v.sum(), color="tab:red", alpha=0.7, label="upper")
+        h.hist(a.lower, bins=np.linspace(0, 1, 21), weights=v / v.sum(), color="tab:blue", alpha=0.5, label="lower")
+        h.set_xlabel("bound on failure probability")
+        h.set_ylabel("fraction of the initial volume")
+        h.legend()
+        h.set_title(f"{a.env}: volume per bound ({a.lo.shape[0]} boxes)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,203 @@
+"""Splitting boxes by the network's action: branch and bound, an R*-tree cache, and parallel workers.
+
+:func:`split_boxes` bisects each box until every piece provably chooses one action (its action mask, from
+:func:`~distmc.abstract.bounds.action_masks`, has one entry) or the piece has been bisected ``max_splits`` times;
+such an undecided piece keeps every action it may choose (nondeterminism of the abstract MDP: sound, unlike
+picking one). Bisection is canonical: along the dimension of largest width relative to ``scale``, at the middle.
+
+:class:`Splitter` adds an R*-tree (``rtree``) of the pieces found so far: a box inside a cached piece whose
+action is decided needs no bounds at all, and any box inside a cached piece gets the intersection of the masks
+(both are sound). Lookups and inserts happen in the calling process, per batch, before and after the misses are
+split by ``workers`` processes, so the result does not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from rtree import index
+
+from distmc.abstract.bounds import action_masks
+from distmc.abstract.network import Network
+from distmc.errors import ResourceLimitError
+
+__all__ = ["Pieces", "Splitter", "split_boxes"]
+
+#: Most pieces one call may produce (guards against a runaway ``max_splits``).
+MAX_PIECES = 5_000_000
+#: Fewest boxes (per worker) worth sending to the worker processes; smaller batches are split in-process.
+MIN_PARALLEL = 64
+
+
+@dataclass
+class Pieces:
+    """Pieces of a batch of boxes: ``owner [P]`` (index of the box), ``lo, hi [P, d]``, ``mask [P, A]``."""
+
+    owner: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    mask: np.ndarray
+
+    @staticmethod
+    def concat(parts: list[Pieces], offsets: list[int]) -> Pieces:
+        return Pieces(np.concatenate([p.owner + o for p, o in zip(parts, offsets, strict=True)]),
+                      np.concatenate([p.lo for p in parts]), np.concatenate([p.hi for p in parts]),
+                      np.concatenate([p.mask for p in parts]))
+
+
+def split_boxes(net: Network, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray, max_splits: int,
+                method: str = "crown") -> Pieces:
+    """Branch and bound over boxes ``[B, d]``; pieces come out sorted by owner, then in depth-first order."""
+    b, d = lo.shape
+    owner = np.arange(b, dtype=np.int64)
+    path = np.zeros(b, dtype=np.int64)  # bisection path bits (0 = lower half), for the canonical order
+    depth = np.zeros(b, dtype=np.int64)
+    out: list[tuple[np.ndarray, ...]] = []
+    total = 0
+    while owner.size:
+        mask = action_masks(net, lo, hi, method)
+        done = (mask.sum(axis=1) <= 1) | (depth >= max_splits)
+        out.append((owner[done], path[done] << (max_splits - depth[done]), lo[done], hi[done], mask[done]))
+        total += int(done.sum())
+        if total > MAX_PIECES:
+            raise ResourceLimitError(f"splitting by action made more than {MAX_PIECES} pieces; lower --max-splits")
+        keep = ~done
+        owner, path, depth, lo, hi = owner[keep], path[keep], depth[keep], lo[keep], hi[keep]
+        dim = np.argmax((hi - lo) / scale, axis=1)
+        rows = np.arange(owner.size)
+        mid = (lo[rows, dim] + hi[rows, dim]) / 2
+        lo2, hi1 = lo.copy(), hi.copy()
+        hi1[rows, dim] = mid
+        lo2[rows, dim] = mid
+        owner = np.concatenate([owner, owner])
+        path = np.concatenate([path * 2, path * 2 + 1])
+        depth = np.concatenate([depth + 1, depth + 1])
+        lo, hi = np.concatenate([lo, lo2]), np.concatenate([hi1, hi])
+    o, p, plo, phi, pm = (np.concatenate([x[i] for x in out]) for i in range(5))
+    order = np.lexsort((p, o))
+    return Pieces(o[order], plo[order], phi[order], pm[order])
+
+
+_WORKER_NET: Network | None = None
+
+
+def _init_worker(layers: list, threads: int) -> None:
+    global _WORKER_NET
+    import torch
+
+    torch.set_num_threads(threads)
+    _WORKER_NET = Network.from_arrays(layers)
+
+
+def _split_job(lo: np.ndarray, hi: np.ndarray, scale: np.ndarray, max_splits: int, method: str) -> Pieces:
+    assert _WORKER_NET is not None
+    return split_boxes(_WORKER_NET, lo, hi, scale, max_splits, method)
+
+
+class Splitter:
+    """Splits batches of boxes by action, with an R*-tree cache and ``workers`` processes (1: in-process)."""
+
+    def __init__(self, net: Network, scale: np.ndarray, max_splits: int, *, method: str = "crown",
+                 workers: int = 1, use_cache: bool = True) -> None:
+        self.net, self.scale, self.max_splits, self.method = net, np.asarray(scale, float), max_splits, method
+        self.workers = max(1, int(workers))
+        self.dim = self.scale.shape[0]
+        self.use_cache = use_cache
+        props = index.Property()
+        props.dimension = self.dim
+        props.variant = index.RT_Star
+        self._tree = index.Index(properties=props) if use_cache else None
+        self._los: list[np.ndarray] = []
+        self._his: list[np.ndarray] = []
+        self._masks: list[np.ndarray] = []
+        self._pool: ProcessPoolExecutor | None = None
+        self.stats = {"boxes": 0, "cache_hits": 0, "pieces": 0, "undecided_pieces": 0}
+
+    def _pool_get(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_init_worker, initargs=(self.net.to_arrays(), 1))
+        return self._pool
+
+    def start(self) -> None:
+        """Start the worker processes now (and wait until each has loaded the network), not at the first batch."""
+        if self.workers > 1:
+            pool = self._pool_get()
+            lo = np.zeros((1, self.dim))
+            for f in [pool.submit(_split_job, lo, lo, self.scale, 0, "ibp") for _ in range(self.workers)]:
+                f.result()
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> Splitter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _cached(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """``[B, A]`` intersection of the masks of cached pieces that contain each box (all True if none)."""
+        a = self.net.n_outputs
+        out = np.ones((lo.shape[0], a), dtype=bool)
+        if self._tree is None or not self._masks:
+            return out
+        for i in range(lo.shape[0]):
+            for j in self._tree.intersection((*lo[i], *hi[i])):
+                # The tree answers overlaps; containment is checked exactly on the stored float64 boxes.
+                plo, phi, m = self._entry(j)
+                if (plo <= lo[i]).all() and (phi >= hi[i]).all():
+                    out[i] &= m
+        return out
+
+    def _entry(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._los[j], self._his[j], self._masks[j]
+
+    def _insert(self, pieces: Pieces) -> None:
+        if self._tree is None:
+            return
+        for lo, hi, m in zip(pieces.lo, pieces.hi, pieces.mask, strict=True):
+            j = len(self._masks)
+            self._los.append(lo)
+            self._his.append(hi)
+            self._masks.append(m)
+            self._tree.insert(j, (*lo, *hi))
+
+    def split(self, lo: np.ndarray, hi: np.ndarray) -> Pieces:
+        """Pieces of the boxes ``[B, d]`` with their action masks (see the module docstring)."""
+        b = lo.shape[0]
+        self.stats["boxes"] += b
+        known = self._cached(lo, hi)
+        hit = known.sum(axis=1) == 1
+        self.stats["cache_hits"] += int(hit.sum())
+        miss = np.flatnonzero(~hit)
+        parts: list[Pieces] = [Pieces(np.flatnonzero(hit), lo[hit], hi[hit], known[hit])]
+        offsets = [0]
+        if miss.size:
+            if self.workers == 1 or miss.size < MIN_PARALLEL * self.workers:
+                chunks = [miss]
+                results = [split_boxes(self.net, lo[miss], hi[miss], self.scale, self.max_splits, self.method)]
+            else:
+                chunks = np.array_split(miss, 4 * self.workers)
+                chunks = [c for c in chunks if c.size]
+                pool = self._pool_get()
+                futures = [pool.submit(_split_job, lo[c], hi[c], self.scale, self.max_splits, self.method)
+                           for c in chunks]
+                results = [f.result() for f in futures]
+            for c, r in zip(chunks, results, strict=True):
+                r.mask &= known[c][r.owner]
+                parts.append(Pieces(c[r.owner], r.lo, r.hi, r.mask))
+                offsets.append(0)
+            self._insert(Pieces.concat(parts[1:], offsets[1:]))
+        out = Pieces.concat(parts, offsets)
+        order = np.argsort(out.owner, kind="stable")
+        out = Pieces(out.owner[order], out.lo[order], out.hi[order], out.mask[order])
+        self.stats["pieces"] += int(out.owner.size)
+        self.stats["undecided_pieces"] += int((out.mask.sum(axis=1) > 1).sum())
+        return out
