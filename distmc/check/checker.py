@@ -15,17 +15,29 @@ __all__ = ["check", "environment"]
 #: Termination precision of Storm's min-max solver (value iteration) for MDPs.
 MDP_PRECISION = 1e-12
 
+#: Absolute precision of the DTMC solver: sound value iteration stops when its lower and upper bounds on every
+#: state's value are within this of each other, so the reported value is within it of the exact one.
+DTMC_PRECISION = 1e-12
+
 
 def environment() -> Any:
     """Storm's solver settings distmc checks with (and the differential tests use for the reference).
 
-    DTMCs: Eigen's sparse LU (a direct solve, exact up to floating-point rounding) instead of Storm's default
-    iterative gmm++ at precision 1e-6, so results agree with a reference to 1e-9. MDPs: Storm's default min-max
-    method with precision 1e-12.
+    DTMCs: Storm's native solver with sound value iteration at absolute precision 1e-12 (a guaranteed error
+    bound), instead of Storm's default iterative gmm++ at relative precision 1e-6 (no guarantee). It replaced
+    Eigen's sparse LU, which has no a-priori error bound either (measured: 3.9e-9 off the value sound value
+    iteration agrees on at every precision from 1e-3 to 1e-14, on the Crazy Climber benchmark) and took 150x as
+    long there (2.7 s against 0.018 s for 44,032 states). MDPs: Storm's min-max solver at precision 1e-12, with
+    soundness forced (Storm then picks a method with a guaranteed bound).
     """
     env = stormpy.Environment()
     solver = env.solver()
-    solver.set_linear_equation_solver_type(stormpy.environments.EquationSolverType.EIGEN)
+    solver.set_linear_equation_solver_type(stormpy.environments.EquationSolverType.NATIVE)
+    native = solver.native()
+    native.method = stormpy.environments.NativeLinearEquationSolverMethod.SOUND_VALUE_ITERATION
+    native.precision = stormpy.Rational(DTMC_PRECISION)
+    native.relative_termination_criterion = False
+    solver.force_soundness = True
     solver.min_max().precision = stormpy.Rational(MDP_PRECISION)
     return env
 
