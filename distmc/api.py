@@ -36,11 +36,12 @@ _EXPLORE_SPLIT = ("startup_s", "levels_s", "gather_s", "policy_s")
 STORM_BYTES_PER_TRANSITION = 40
 
 
-def _check_handoff_memory(limits: Limits, induced: InducedModel, depth: int) -> None:
+def _check_handoff_memory(limits: Limits, induced: InducedModel, depth: int, release: bool) -> None:
     """With ``--max-memory``: stop before the hand-off to Storm rather than be killed for memory during it."""
     if limits.max_memory is None:
         return
-    need = rss_bytes() + STORM_BYTES_PER_TRANSITION * induced.n_transitions
+    per = STORM_BYTES_PER_TRANSITION - (16 if release else 0)  # released: our 16 B copy is gone before Storm reads
+    need = rss_bytes() + per * induced.n_transitions
     if need > limits.max_memory:
         raise ResourceLimitError(
             f"the induced model ({induced.n_states} states, {induced.n_transitions} transitions) is explored, but "
@@ -200,13 +201,14 @@ def verify(
                                limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker)
     t2 = time.perf_counter()
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
-    _check_handoff_memory(limits, induced, int(explored.stats.get("depth", 0)))
-    storm_model = to_storm(induced)
+    explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
+    _check_handoff_memory(limits, induced, int(explored.stats.get("depth", 0)), release=not keep_model)
+    if export_path is not None:
+        export(induced, export_path)
+    storm_model = to_storm(induced, release=not keep_model)
     t3 = time.perf_counter()
     result = check(storm_model, spec, induced.kind, induced.initial)
     t4 = time.perf_counter()
-    if export_path is not None:
-        export(induced, export_path)
     report = Report(
         result=result,
         states=induced.n_states,
