@@ -31,9 +31,11 @@ def _const_text(constants: str | dict[str, str] | None) -> str | None:
 _EXPLORE_SPLIT = ("startup_s", "levels_s", "gather_s", "policy_s")
 
 
-#: Memory Storm needs beyond what the reducer holds, per transition, to take the model in (its matrix and the UMB
-#: import's transient buffers; measured 36-38 B, benchmarks/RESULTS.md "Memory model").
-STORM_BYTES_PER_TRANSITION = 40
+#: Memory the hand-off to Storm and Storm's check need beyond what the process holds after exploration, per
+#: transition, when the reducer keeps its copy (Storm's matrix, the UMB import's buffers, the check's submatrix).
+#: Measured on avoid 8x8 (36.9 M transitions): 58 B with the reducer's copy released (74 B without); rounded up.
+#: On avoid 12x12 (354 M transitions) an estimate of 40 B let a run under --max-memory 21G be killed for memory.
+STORM_BYTES_PER_TRANSITION = 80
 
 
 def _check_handoff_memory(limits: Limits, induced: InducedModel, depth: int, release: bool) -> None:
