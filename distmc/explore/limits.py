@@ -8,7 +8,8 @@ branching; set ``--max-memory`` with that much headroom below the machine's memo
 
 Memory is the resident set size of the process that checks (read from ``/proc/self/statm``); under the Ray driver
 each worker checks its own against an even share of ``--max-memory`` and the driver checks the sum of its own and
-the workers' after every level. The reducer and Storm's check, which run after exploration, are not bounded.
+the workers' after every level. Before the hand-off to Storm, :func:`distmc.api.verify` checks an estimate of
+what Storm will need (``STORM_BYTES_PER_TRANSITION``); Storm's own allocations are not otherwise watched.
 """
 
 from __future__ import annotations
