@@ -4,7 +4,8 @@ For each worker count it runs ``distmc.api.verify`` (stochastic mode, uniform po
 Ray driver on a local Ray (or ``--address``), and records: exploration time and states/s, speedup and efficiency
 against one Ray worker, the in-process driver's time (the Ray driver's overhead at one worker), bytes exchanged per
 state against the packed key size, partition balance (largest partition / mean), and the time split of the
-workers (expand, lookup, store; the rest of the exploration time is exchange and waiting at the barrier). It
+workers (expand, lookup, store; the rest of the exploration time is exchange and waiting at the barrier) and the
+driver's split of the exploration time (actor start-up, the levels, gathering the rows into the reducer). It
 writes a Markdown table to stdout and, with ``--plot``, a PNG (matplotlib).
 
 Usage (from the repository root)::
@@ -70,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
           f"in-process driver: explore {local.timings['explore_s']:.2f} s")
     print()
     print("| workers | explore s | states/s | speedup | efficiency | vs in-process | bytes/state | bytes/key "
-          "| balance (max/mean) | expand s | lookup s | store s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| balance (max/mean) | expand s | lookup s | store s | start-up s | levels s | gather s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     plot = []
     for w, r in rows:
         t = r.timings["explore_s"]
@@ -83,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {w} | {t:.2f} | {r.states / t:,.0f} | {speed:.2f} | {speed / w:.2f} | "
               f"{t / local.timings['explore_s']:.2f}x | {sent / r.states:.1f} | {sent / r.states / key_bytes:.2f} | "
               f"{max(states) / (sum(states) / len(states)):.3f} | {max(s['expand_s'] for s in ws):.2f} | "
-              f"{max(s['lookup_s'] for s in ws):.2f} | {max(s['store_s'] for s in ws):.2f} |")
+              f"{max(s['lookup_s'] for s in ws):.2f} | {max(s['store_s'] for s in ws):.2f} | "
+              f"{r.timings.get('startup_s', float('nan')):.2f} | {r.timings.get('levels_s', float('nan')):.2f} | "
+              f"{r.timings.get('gather_s', float('nan')):.2f} |")
     if a.plot:
         import matplotlib
 
