@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--driver", default=None, choices=["local", "ray"],
                      help="local (in-process) or ray; default: local for one worker and no --address, else ray")
     run.add_argument("--address", default=None,
-                     help="Ray cluster to join (auto or HOST:PORT); default: start a local Ray when needed")
+                     help="Ray cluster to join (auto or HOST:PORT); default: RAY_ADDRESS if set, else a new local Ray")
     run.add_argument("--gpus-per-worker", type=float, default=None,
                      help="Ray driver: GPU share per worker for its policy replica (default: the cluster's GPUs "
                           "split over the workers, at most 1 each; 0: CPU only)")

@@ -1,7 +1,8 @@
 """Storm's C++ log output while it parses, caught (:func:`storm_quiet`) instead of printed.
 
-Storm's logger writes straight to file descriptor 1, its errors and warnings too. A parse error is then reported once, as distmc's one-line error, instead of also as Storm's multi-line log; what
-Storm wrote goes to the ``distmc.storm`` logger (shown with ``--log-level debug``), nothing is dropped.
+Storm's logger writes straight to file descriptor 1, its errors and warnings too. A parse error is then reported
+once, as distmc's one-line error (:func:`storm_lines` splits Storm's message), instead of also as Storm's
+multi-line log; what Storm wrote goes to the ``distmc.storm`` logger (``--log-level debug``), nothing is dropped.
 """
 
 from __future__ import annotations
@@ -13,9 +14,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-__all__ = ["storm_quiet"]
+__all__ = ["storm_lines", "storm_quiet"]
 
 log = logging.getLogger("distmc.storm")
+
+
+def storm_lines(text: str) -> list[str]:
+    """The non-empty lines of a Storm exception's text, stripped, without its exception-class prefix."""
+    return [ln.strip() for ln in text.replace("WrongFormatException: ", "").splitlines() if ln.strip()]
 
 
 @contextmanager

@@ -27,8 +27,8 @@ def environment() -> Any:
     bound), instead of Storm's default iterative gmm++ at relative precision 1e-6 (no guarantee). It replaced
     Storm's Eigen solver, which was neither exact nor fast (measured: 2.6e-8 off on the bundled gridworld, N=6,
     against value iteration in numpy, which the value now matches to 1e-12, ``tests/test_checker.py``; 3.9e-9 off
-    and 150x as long, 2.7 s against 0.018 s, on the Crazy Climber benchmark's 44,032 states). MDPs: Storm's default min-max method at precision 1e-12
-    (forcing soundness there made some benchmark MDPs take minutes).
+    and 150x as long, 2.7 s against 0.018 s, on the Crazy Climber benchmark's 44,032 states). MDPs: Storm's
+    default min-max method at precision 1e-12 (forcing soundness there made some benchmark MDPs take minutes).
     """
     env = stormpy.Environment()
     solver = env.solver()

@@ -25,7 +25,7 @@ import numpy as np
 import stormpy
 import stormpy.logic as sl
 
-from distmc._internal.stderr import storm_quiet
+from distmc._internal.stderr import storm_lines, storm_quiet
 from distmc.errors import PropertyError
 from distmc.model.expr import CompiledExpr
 from distmc.model.program import Model
@@ -100,8 +100,7 @@ def _parse(text: str, model: Model) -> Any:
                 f"{model.path.name} (variables: {', '.join(v.name for v in model.variables)}; labels are written "
                 f'in quotes, as in F "goal")'
             ) from None
-        lines = [ln.strip() for ln in str(exc).replace("WrongFormatException: ", "").splitlines() if ln.strip()]
-        raise PropertyError(f"cannot parse property '{text}': {' '.join(lines) or repr(exc)}") from None
+        raise PropertyError(f"cannot parse property '{text}': {' '.join(storm_lines(str(exc))) or repr(exc)}") from None
     if len(props) != 1:
         raise PropertyError(f"expected exactly one property, got {len(props)} in '{text}'")
     return props[0].get_raw_formula()

@@ -29,7 +29,7 @@ from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 from distmc.policy.base import Policy, action_distribution
 
-__all__ = ["MODES", "Expander", "Rows"]
+__all__ = ["MODES", "Expander", "Rows", "policy_counters"]
 
 MODES = ("stochastic", "deterministic", "monolithic")
 
@@ -66,6 +66,15 @@ class Rows:
     @property
     def n_rows(self) -> int:
         return int(self.row_state.shape[0])
+
+
+def policy_counters(expander: object) -> tuple[int, float]:
+    """Forward passes and seconds the expander's policy has spent so far (0, 0.0 without a counting policy).
+
+    Any successor generator behind the explorer's contract may be given (the box abstraction has no policy).
+    """
+    policy = getattr(expander, "policy", None)
+    return int(getattr(policy, "forward_passes", 0)), float(getattr(policy, "seconds", 0.0))
 
 
 def _gather_rows(order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

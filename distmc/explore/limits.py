@@ -75,10 +75,6 @@ class Limits:
         if self.max_states is not None and self.max_states < 1:
             raise DistmcError(f"--max-states must be at least 1, not {self.max_states}")
 
-    @property
-    def any(self) -> bool:
-        return self.max_states is not None or self.max_memory is not None or self.timeout is not None
-
 
 class LimitCheck:
     """Raises :class:`ResourceLimitError` with a partial report once a limit is passed.

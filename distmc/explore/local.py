@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from distmc.explore.expander import Expander
+from distmc.explore.expander import Expander, policy_counters
 from distmc.explore.limits import LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored, Partition
 
@@ -53,14 +53,14 @@ def explore_local(
         depth += 1
         info = {"depth": depth, "states": part.visited.size, "frontier": part.frontier_size,
                 "transitions": part.transitions, "policy_states": part.policy_states,
-                "policy_calls": int(getattr(expander.policy, "forward_passes", 0)), "memory": rss_bytes(),
+                "policy_calls": policy_counters(expander)[0], "memory": rss_bytes(),
                 "elapsed_s": time.perf_counter() - t0}
         log.info("level depth=%d states=%d frontier=%d transitions=%d memory=%d", depth, info["states"],
                  info["frontier"], info["transitions"], info["memory"])
         if progress is not None:
             progress(info)
     out = part.result(np.unique(initial))
-    out.stats.update({"depth": depth, "policy_states": part.policy_states,
-                      "policy_calls": int(getattr(expander.policy, "forward_passes", 0)),
-                      "policy_s": float(getattr(expander.policy, "seconds", 0.0))})
+    calls, seconds = policy_counters(expander)
+    out.stats.update({"depth": depth, "policy_states": part.policy_states, "policy_calls": calls,
+                      "policy_s": seconds})
     return out

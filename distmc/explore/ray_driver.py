@@ -36,6 +36,7 @@ import numpy as np
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow
 from distmc.explore.checkpoint import Checkpoint, write_level
+from distmc.explore.expander import policy_counters
 from distmc.explore.limits import LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
 from distmc.explore.visited import VisitedSet
@@ -43,6 +44,8 @@ from distmc.model.packing import StateCodec
 from distmc.pipeline import Job
 
 __all__ = ["explore_ray", "gpu_share", "owner_of"]
+
+log = logging.getLogger("distmc.ray")
 
 #: How long the workers may take to start (build their model, kernel and policy) before the run gives up.
 START_TIMEOUT_S = 300
@@ -72,6 +75,15 @@ def _to_arrow(keys: np.ndarray, occ: np.ndarray, codec: StateCodec) -> Any:
 
 def _from_arrow(batch: Any, codec: StateCodec) -> tuple[np.ndarray, np.ndarray]:
     return keys_from_arrow(batch.column(0), codec.dtype), batch.column(1).to_numpy(zero_copy_only=False)
+
+
+def _at_least(ids: np.ndarray, size: int) -> np.ndarray:
+    """``ids`` grown (by doubling, new entries -1) to hold at least ``size`` entries; itself if it does already."""
+    if size <= ids.shape[0]:
+        return ids
+    grown = np.full(max(size, 2 * ids.shape[0]), -1, dtype=np.int64)
+    grown[: ids.shape[0]] = ids
+    return grown
 
 
 class PartitionActor:
@@ -137,8 +149,7 @@ class PartitionActor:
         self.frontier = (gids[order], keys[order])
 
     def _grow(self, local: np.ndarray, gids: np.ndarray) -> None:
-        if self.visited.size > self.gids.shape[0]:
-            self.gids = np.concatenate([self.gids, np.full(self.visited.size - self.gids.shape[0], -1, dtype=np.int64)])
+        self.gids = _at_least(self.gids, self.visited.size)
         self.gids[local] = gids
 
     # -- one level ---------------------------------------------------------------------------------------------
@@ -184,13 +195,11 @@ class PartitionActor:
         # Keys whose global id this source knows already are not sent: its own states (its visited set) and the
         # other owners' states it asked about before (its cache). Only keys that may be new states travel.
         known = np.full(ukeys.shape[0], -1, dtype=np.int64)
-        own = np.flatnonzero(owner == self.rank)
-        loc = self.visited.lookup(ukeys[own])
-        known[own] = np.where(loc >= 0, self.gids[np.maximum(loc, 0)] if self.gids.shape[0] else -1, -1)
-        if self.cache.size:
-            other = np.flatnonzero(owner != self.rank)
-            cid = self.cache.lookup(ukeys[other])
-            known[other] = np.where(cid >= 0, self.cache_gids[np.maximum(cid, 0)], -1)
+        for mine, table, gids_of in ((True, self.visited, self.gids), (False, self.cache, self.cache_gids)):
+            sel = np.flatnonzero((owner == self.rank) == mine)
+            found = table.lookup(ukeys[sel]) if table.size else np.full(sel.shape[0], -1, dtype=np.int64)
+            hit = found >= 0
+            known[sel[hit]] = gids_of[found[hit]]
         out = []
         self.sent = []  # per owner: the level-unique ids sent to it, in the order sent
         for o in range(self.workers):
@@ -215,8 +224,9 @@ class PartitionActor:
         unknown = np.flatnonzero(local < 0)
         order = unknown[np.argsort(occ[unknown], kind="stable")]
         uniq, first_idx, inv = np.unique(keys[order], return_index=True, return_inverse=True)
-        by_occ = np.argsort(occ[order][first_idx], kind="stable")  # the new states in order of first occurrence
-        self.new_keys, new_occ = uniq[by_occ], occ[order][first_idx][by_occ]
+        first_occ = occ[order][first_idx]
+        by_occ = np.argsort(first_occ, kind="stable")  # the new states in order of first occurrence
+        self.new_keys, new_occ = uniq[by_occ], first_occ[by_occ]
         self.new_local, _ = self.visited.insert(self.new_keys)
         rank = np.empty(by_occ.shape[0], dtype=np.int64)
         rank[by_occ] = np.arange(by_occ.shape[0], dtype=np.int64)
@@ -246,10 +256,7 @@ class PartitionActor:
             gid_of[self.sent[o]] = answers[o]
             if o != self.rank and self.sent[o].shape[0]:  # remember the other owners' answers
                 cid, _ = self.cache.insert(self.ukeys[self.sent[o]])
-                if self.cache.size > self.cache_gids.shape[0]:
-                    grown = np.full(max(self.cache.size, 2 * self.cache_gids.shape[0]), -1, dtype=np.int64)
-                    grown[: self.cache_gids.shape[0]] = self.cache_gids
-                    self.cache_gids = grown
+                self.cache_gids = _at_least(self.cache_gids, self.cache.size)
                 self.cache_gids[cid] = answers[o]
         self.ukeys = self.ukeys[:0]
         n_rows0, transitions = len(self.rows), 0
@@ -270,7 +277,7 @@ class PartitionActor:
             self.rows, self.rewards, self.flags = [], [], []
             self.stats["checkpoint_s"] += time.perf_counter() - t1
         delta, self.policy_reported = self.policy_states - self.policy_reported, self.policy_states
-        calls = int(getattr(getattr(self.expander, "policy", None), "forward_passes", 0))
+        calls = policy_counters(self.expander)[0]
         calls, self.calls_reported = calls - self.calls_reported, calls
         return {"transitions": transitions, "policy_states": delta, "policy_calls": calls, "rss": rss_bytes()}
 
@@ -287,11 +294,11 @@ class PartitionActor:
             + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards)
             + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
             rss=rss_bytes(),
-            policy_s=float(getattr(getattr(self.expander, "policy", None), "seconds", 0.0)),
+            policy_s=policy_counters(self.expander)[1],
             peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
         )
         if not rows:
-            return {"policy_states": self.policy_states, "stats": dict(self.stats)}
+            return {"stats": dict(self.stats)}
         cat = np.concatenate
         return {
             "gids": self.gids[: self.visited.size],
@@ -305,7 +312,6 @@ class PartitionActor:
             "flag_gids": cat([f[0] for f in self.flags]) if self.flags else np.zeros(0, dtype=np.int64),
             "loop": cat([f[1] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
             "deadlock": cat([f[2] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
-            "policy_states": self.policy_states,
             "stats": dict(self.stats),
         }
 
@@ -352,8 +358,6 @@ def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
         rewards=rewards, initial=np.arange(n_initial, dtype=np.int64),
     )
 
-
-log = logging.getLogger("distmc.ray")
 
 
 def gpu_share(gpus: float, workers: int, requested: float | None = None) -> float:

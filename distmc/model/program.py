@@ -26,7 +26,7 @@ import stormpy
 from stormpy import expressions as sx
 from stormpy.developer.storage import PrismModelType
 
-from distmc._internal.stderr import storm_quiet
+from distmc._internal.stderr import storm_lines, storm_quiet
 from distmc.errors import ModelError, UnsupportedError
 from distmc.model.expr import CompiledExpr, compile_expression, reparseable
 
@@ -191,7 +191,7 @@ def _parse(path: Path) -> Any:
 
 def _storm_message(text: str) -> str:
     """Storm's multi-line parse error as one line: ``:LINE:COL: syntax error: expecting ... (at 'text')``."""
-    lines = [ln.strip() for ln in text.replace("WrongFormatException: ", "").strip().splitlines() if ln.strip()]
+    lines = storm_lines(text)
     if not lines:
         return ": cannot parse"
     m = re.search(r"Parsing error at (\d+):(\d+):\s*(.*?)(,\s*here:)?$", lines[0])
