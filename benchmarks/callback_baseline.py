@@ -18,8 +18,9 @@ This is how the field verifies trained RL policies today (COOL-MC, ``storm_model
    ``modify_model`` does, a Python loop over the states weights each kept choice by pi(a|s) (renormalised over
    the kept, i.e. enabled, actions), merges them into one DTMC row, and a ``SparseDtmc`` is built with
    ``SparseMatrixBuilder.add_next_value`` and the MDP's state labelling. That loop is part of what is measured.
-4. The property is checked with ``stormpy.model_checking`` on the DTMC, with the same solver settings as distmc
-   (Eigen's sparse LU for DTMCs), so that both values agree to 1e-9.
+4. The property is checked with ``stormpy.model_checking`` on the DTMC, with distmc's own solver settings
+   (``distmc.check.checker.environment``: sound value iteration at 1e-12), so that the two approaches are
+   compared on building the model and their values agree to 1e-9.
 
 Where this deliberately differs from COOL-MC (so that both tools verify the *same* policy-induced DTMC):
 
@@ -68,6 +69,8 @@ import stormpy.developer as sd
 import torch
 from stormpy.developer import storage as sst
 from torch import nn
+
+from distmc.check.checker import environment
 
 REPO = Path(__file__).resolve().parents[1]
 #: Default folder of the COOL-MC reference models (read-only, outside the repository).
@@ -173,14 +176,6 @@ def save_network(net: nn.Module, features: list[str], actions: list[str], direct
 
 
 # -- the callback approach -------------------------------------------------------------------------------------
-
-
-def solver_environment() -> Any:
-    """Storm's solver settings for the DTMC check: distmc's own (sound value iteration at 1e-12), so that the two
-    approaches are compared on building the model, with the same checker."""
-    from distmc.check.checker import environment
-
-    return environment()
 
 
 def _program(model_path: str | Path, constants: str | None) -> Any:
@@ -339,7 +334,7 @@ def run_callback(
     t2 = time.perf_counter()
     dtmc = _fuse(mdp, mask)
     t3 = time.perf_counter()
-    result = stormpy.model_checking(dtmc, formula, only_initial_states=True, environment=solver_environment())
+    result = stormpy.model_checking(dtmc, formula, only_initial_states=True, environment=environment())
     initial = list(dtmc.initial_states)
     if len(initial) != 1:
         raise ValueError(f"expected one initial state, the model has {len(initial)}")

@@ -184,7 +184,7 @@ def test_rollout_matches_verified_values() -> None:
     assert abs(ret - verify(CHAIN, 'R=? [F "done"]').result) <= Z * se
 
 
-def test_rollout_with_network_policy_counts_each_state_once(tmp_path: Path) -> None:
+def test_rollout_with_network_policy_counts_each_state_once() -> None:
 
     pt = REPO / "distmc" / "examples" / "gridworld_policy.pt"
     env = PrismEnv(GRID, "N=6", done_label=["crash", "goal"], interface=REPO / "distmc" / "examples" / "gridworld_policy.json")

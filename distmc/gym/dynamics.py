@@ -166,7 +166,7 @@ class Dynamics:
                     c_reward[sel] += np.where(guard(sub), value(sub), 0.0)
         done = np.zeros(b, dtype=bool)
         for name in self.done_labels:
-            done |= np.broadcast_to(np.asarray(self.model.labels[name](states), dtype=bool), (b,))
+            done |= self.model.labels[name](states)
         per_state: list[list[list[Choice]]] = [[[] for _ in self.actions] for _ in range(b)]
         off = exp.branch_offsets
         for c in range(exp.n_choices):  # the kernel groups choices by state, in model action order

@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from distmc.errors import DistmcError, ModelError, PolicyError
 from distmc.gym.dynamics import Dynamics, StateTable
 from distmc.model.program import Model, load_model
-from distmc.policy.interface import Interface, check_interface, interface_dict, load_interface
+from distmc.policy.interface import InputEncoding, Interface, check_interface, interface_dict, load_interface
 
 __all__ = ["PrismEnv", "interface_dict"]
 
@@ -117,11 +117,8 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
         self.invalid_action = invalid_action
         self.invalid_penalty = float(invalid_penalty)
         self.render_mode = render_mode
-        cols = {v.name: i for i, v in enumerate(model.variables)}
-        self.columns = np.array([cols[f] for f in iface.features], dtype=np.int64)
-        self.scale = np.array([iface.scale.get(f, 1.0) for f in iface.features], dtype=np.float32)
-        lo = model.lo[self.columns].astype(np.float32) * self.scale
-        hi = model.hi[self.columns].astype(np.float32) * self.scale
+        self.encode = InputEncoding(iface, model)
+        lo, hi = self.encode(model.lo[None, :])[0], self.encode(model.hi[None, :])[0]
         self.observation_space = spaces.Box(np.minimum(lo, hi), np.maximum(lo, hi), dtype=np.float32)
         self.action_space = spaces.Discrete(len(self.dynamics.actions))
         self.state = model.initial_states[0].copy()
@@ -137,7 +134,7 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
 
     def observe(self, states: np.ndarray) -> np.ndarray:
         """Observations ``[B, F]`` float32 of states ``[B, V]`` int64 (what the interface feeds a network)."""
-        return states[:, self.columns].astype(np.float32) * self.scale
+        return self.encode(states)
 
     def save_interface(self, path: str | Path, *, output: str | None = None) -> Path:
         """Write the interface file a policy trained on this environment verifies with.

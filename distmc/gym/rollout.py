@@ -21,6 +21,11 @@ from distmc.policy.base import Policy, action_distribution
 __all__ = ["RolloutResult", "rollout"]
 
 
+def _mean_se(x: np.ndarray) -> tuple[float, float]:
+    """Sample mean and its standard error (NaN for one sample)."""
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
+
+
 @dataclass
 class RolloutResult:
     """Per-episode outcomes of :func:`rollout`.
@@ -45,13 +50,11 @@ class RolloutResult:
 
     def probability(self, label: str) -> tuple[float, float]:
         """Estimate and standard error of the probability that ``label`` is reached."""
-        x = self.reached[label].astype(np.float64)
-        return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
+        return _mean_se(self.reached[label].astype(np.float64))
 
     def mean_return(self) -> tuple[float, float]:
         """Mean return and its standard error."""
-        x = self.returns
-        return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
+        return _mean_se(self.returns)
 
 
 def rollout(
@@ -106,7 +109,7 @@ def rollout(
     while active.size:
         cur = states[active]
         for lab in labels:
-            reached[lab][active] |= np.broadcast_to(np.asarray(model.labels[lab](cur), dtype=bool), (active.size,))
+            reached[lab][active] |= model.labels[lab](cur)
         tables = dyn.tables(cur)
         ended = np.array([t.done or t.deadlock for t in tables], dtype=bool)
         terminated[active[ended]] = True

@@ -21,7 +21,7 @@ import numpy as np
 
 from distmc.errors import PolicyError
 from distmc.model.program import Model
-from distmc.policy.interface import Interface
+from distmc.policy.interface import InputEncoding, Interface
 
 __all__ = ["BATCH", "BatchedPolicy", "TorchPolicy", "default_device", "policy_file"]
 
@@ -61,9 +61,8 @@ class BatchedPolicy:
         self.name = name
         self.actions = list(interface.actions)
         self.output = interface.output
-        cols = {v.name: i for i, v in enumerate(model.variables)}
-        self.columns = np.array([cols[f] for f in interface.features], dtype=np.int64)
-        self.scale = np.array([interface.scale.get(f, 1.0) for f in interface.features], dtype=np.float32)
+        self.encode = InputEncoding(interface, model)
+        self.columns = self.encode.columns
         self.forward_passes = 0
         self.states_evaluated = 0
         self.seconds = 0.0  # time spent in forward()
@@ -74,7 +73,7 @@ class BatchedPolicy:
 
     def forward(self, states: np.ndarray) -> np.ndarray:
         t = time.perf_counter()
-        x = states[:, self.columns].astype(np.float32) * self.scale
+        x = self.encode(states)
         outs = []
         for start in range(0, x.shape[0], BATCH):
             chunk = x[start : start + BATCH]

@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from distmc.errors import PolicyError
 from distmc.model.program import Model
 
-__all__ = ["Interface", "check_interface", "interface_dict", "load_interface"]
+__all__ = ["Interface", "InputEncoding", "check_interface", "interface_dict", "load_interface"]
 
 
 @dataclass
@@ -37,6 +39,23 @@ class Interface:
     output: str = "probabilities"
     scale: dict[str, float] = field(default_factory=dict)
     architecture: dict[str, Any] | None = None
+
+
+class InputEncoding:
+    """What a network sees of a state: the interface's features, in order, as float32, times their scale.
+
+    The one place this is computed: verification (:class:`~distmc.policy.batched.BatchedPolicy`) and training
+    (:class:`~distmc.gym.PrismEnv`) must feed a network the same numbers.
+    """
+
+    def __init__(self, interface: Interface, model: Model) -> None:
+        cols = {v.name: i for i, v in enumerate(model.variables)}
+        self.columns = np.array([cols[f] for f in interface.features], dtype=np.int64)
+        self.scale = np.array([interface.scale.get(f, 1.0) for f in interface.features], dtype=np.float32)
+
+    def __call__(self, states: np.ndarray) -> np.ndarray:
+        """Inputs ``[B, F]`` float32 of states ``[B, V]`` int64."""
+        return states[:, self.columns].astype(np.float32) * self.scale
 
 
 def load_interface(path: str | Path | None, model: Model) -> Interface:

@@ -21,6 +21,7 @@ involves no unpickling. To verify without trusting the file, export the actor on
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import zipfile
@@ -29,7 +30,7 @@ from typing import Any
 
 from distmc.errors import PolicyError
 from distmc.model.program import Model
-from distmc.policy.batched import TorchPolicy
+from distmc.policy.batched import TorchPolicy, policy_file
 from distmc.policy.interface import Interface
 
 __all__ = ["ALGORITHMS", "SB3Policy", "actor_module", "detect_algorithm", "load_sb3"]
@@ -67,9 +68,7 @@ def detect_algorithm(path: str | Path) -> str:
 
 def load_sb3(path: str | Path, *, trust: bool, device: str = "cpu") -> Any:
     """Load an SB3 model (its code runs: only with ``trust``)."""
-    p = Path(path)
-    if not p.is_file():
-        raise PolicyError(f"{p}: no such policy file")
+    p = policy_file(path)
     algo = detect_algorithm(p)
     if not trust:
         raise PolicyError(
@@ -134,7 +133,7 @@ class SB3Policy(TorchPolicy):
     def __init__(self, path: str | Path, interface: Interface, model: Model, *, trust: bool = False,
                  device: str | None = None) -> None:
         self.path = Path(path)
-        iface = Interface(interface.features, interface.actions, "logits", interface.scale)
+        iface = dataclasses.replace(interface, output="logits")
         super().__init__(str(self.path), self.path.name, iface, model, device)
         algo_model = load_sb3(self.path, trust=trust, device=self.device)
         self.algorithm = type(algo_model).__name__

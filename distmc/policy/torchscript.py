@@ -11,10 +11,10 @@ from pathlib import Path
 
 from distmc.errors import PolicyError
 from distmc.model.program import Model
-from distmc.policy.batched import BATCH, TorchPolicy, policy_file
-from distmc.policy.interface import Interface, load_interface
+from distmc.policy.batched import TorchPolicy, policy_file
+from distmc.policy.interface import Interface
 
-__all__ = ["BATCH", "Interface", "TorchScriptPolicy", "load_interface"]
+__all__ = ["TorchScriptPolicy"]
 
 
 class TorchScriptPolicy(TorchPolicy):
