@@ -146,8 +146,7 @@ def assemble(
         for name, atom in atoms.items():
             labels[name][sl] = atom(states)
         for name in reward_names:
-            for guard, value in model.reward(name).state_items:
-                state_rew[name][sl] += np.where(guard(states), value(states), 0.0)
+            state_rew[name][sl] = model.reward(name).state_rewards(states)
     init = np.zeros(n, dtype=bool)
     init[parts.initial] = True
     labels["init"] = init

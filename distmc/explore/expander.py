@@ -211,7 +211,7 @@ class Expander:
         c_action = exp.choice_action
         has_choice = np.bincount(c_state, minlength=b) > 0
         deadlock = ~term & ~has_choice
-        c_rew = {r.name: self._choice_rewards(r, states, c_state, c_action) for r in self.rewards}
+        c_rew = {r.name: r.choice_rewards(states, c_state, c_action, self.kernel.action_id) for r in self.rewards}
         branch_choice = np.repeat(np.arange(exp.n_choices, dtype=np.int64), np.diff(exp.branch_offsets))
         policy_states = 0
 
@@ -277,17 +277,6 @@ class Expander:
             target_keys, prob = target_keys[gather], prob[gather]
             row_rew = {k: v[order] for k, v in row_rew.items()}
         return Rows(row_state, row_action, offsets, target_keys, prob, row_rew, term, deadlock, policy_states)
-
-    def _choice_rewards(self, reward: object, states: np.ndarray, c_state: np.ndarray, c_action: np.ndarray) -> np.ndarray:
-        out = np.zeros(c_state.shape[0])
-        for action, guard, value in reward.action_items:  # type: ignore[attr-defined]
-            if action not in self.kernel.action_id:
-                continue
-            sel = np.flatnonzero(c_action == self.kernel.action_id[action])
-            if sel.size:
-                sub = states[c_state[sel]]
-                out[sel] += np.where(guard(sub), value(sub), 0.0)
-        return out
 
     def _append_products(self, states, nd_states, c_state, c_action, w, exp, c_rew, base):
         """Rows for states whose same-label choices stay nondeterministic (rare: a Python loop over them only)."""

@@ -155,15 +155,8 @@ class Dynamics:
         c_reward = np.zeros(exp.n_choices)
         s_reward = np.zeros(b)
         if self.reward is not None:
-            for guard, value in self.reward.state_items:
-                s_reward += np.where(guard(states), value(states), 0.0)
-            for action, guard, value in self.reward.action_items:
-                if action not in self.kernel.action_id:
-                    continue
-                sel = np.flatnonzero(exp.choice_action == self.kernel.action_id[action])
-                if sel.size:
-                    sub = states[exp.choice_state[sel]]
-                    c_reward[sel] += np.where(guard(sub), value(sub), 0.0)
+            s_reward = self.reward.state_rewards(states)
+            c_reward = self.reward.choice_rewards(states, exp.choice_state, exp.choice_action, self.kernel.action_id)
         done = np.zeros(b, dtype=bool)
         for name in self.done_labels:
             done |= self.model.labels[name](states)

@@ -94,6 +94,33 @@ class RewardStructure:
     state_items: tuple[tuple[CompiledExpr, CompiledExpr], ...]  # (guard, value)
     action_items: tuple[tuple[str, CompiledExpr, CompiledExpr], ...]  # (action, guard, value)
 
+    def state_rewards(self, states: np.ndarray) -> np.ndarray:
+        """State reward ``[B]`` of states ``[B, V]`` (the sum over the items whose guard holds)."""
+        out = np.zeros(states.shape[0])
+        for guard, value in self.state_items:
+            out += np.where(guard(states), value(states), 0.0)
+        return out
+
+    def choice_rewards(self, states: np.ndarray, c_state: np.ndarray, c_action: np.ndarray,
+                       action_id: dict[str, int]) -> np.ndarray:
+        """Action reward ``[C]`` of choices given by their state index into ``states`` and their action id.
+
+        Args:
+            states: ``[B, V]`` source states.
+            c_state: ``[C]`` index into ``states`` of each choice.
+            c_action: ``[C]`` action id of each choice (as the kernel numbers actions).
+            action_id: action label -> id (items of actions the model lacks add nothing).
+        """
+        out = np.zeros(c_state.shape[0])
+        for action, guard, value in self.action_items:
+            if action not in action_id:
+                continue
+            sel = np.flatnonzero(c_action == action_id[action])
+            if sel.size:
+                sub = states[c_state[sel]]
+                out[sel] += np.where(guard(sub), value(sub), 0.0)
+        return out
+
 
 @dataclass
 class Model:
