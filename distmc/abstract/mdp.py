@@ -39,10 +39,11 @@ from distmc.abstract.faults import FaultModel
 from distmc.abstract.split import Splitter
 from distmc.assemble.reducer import InducedModel, _merge_chunks
 from distmc.assemble.storm import to_storm
-from distmc.check.checker import environment
+from distmc.check.checker import value_vector
 from distmc.errors import PropertyError, ResourceLimitError
-from distmc.explore.expander import Rows
+from distmc.explore.expander import Rows, gather_rows
 from distmc.explore.partition import Partition
+from distmc.model.kernel import NO_ACTION
 
 __all__ = ["AbstractResult", "BoxExpander", "check_bounds", "explore_bounded"]
 
@@ -133,9 +134,7 @@ class BoxExpander:
         ilo = np.floor(clo / self.cell - 1e-9).astype(np.int64)
         ihi = np.floor(chi / self.cell + 1e-9).astype(np.int64)
         ilo[surely], ihi[surely] = 0, -1
-        span = ihi - ilo + 1
-        span[surely] = 0
-        ilo[surely] = 0
+        span = ihi - ilo + 1  # 0 for a surely failed box
         off = ilo + (1 << (self.obits - 1))
         if (span >= 1 << self.sbits).any() or (off < 0).any() or (off >= 1 << self.obits).any():
             raise ResourceLimitError(f"an image spans {int(span.max())} lattice cells in one dimension or lies beyond "
@@ -230,11 +229,12 @@ class BoxExpander:
         srcs, tgts, probs, counts = [], [], [], []
         if boxes.size:
             probs_o = np.array([p for p, _ in self.outcomes])
-            for i, t in zip(boxes.tolist(), self._expand_boxes(keys[boxes]), strict=True):
-                srcs.append(np.full(t.shape[0], i, dtype=np.int64))
-                tgts.append(t.reshape(-1))
-                probs.append(np.tile(probs_o, t.shape[0]))
-                counts.append(np.full(t.shape[0], t.shape[1], dtype=np.int64))
+            ts = self._expand_boxes(keys[boxes])  # per box: [choices, outcomes] target keys
+            n = np.array([t.shape[0] for t in ts], dtype=np.int64)
+            srcs.append(np.repeat(boxes, n))
+            tgts.append(np.concatenate([t.reshape(-1) for t in ts]))
+            probs.append(np.tile(probs_o, int(n.sum())))
+            counts.append(np.full(int(n.sum()), probs_o.shape[0], dtype=np.int64))
         if images.size:
             s, t = self._expand_images(keys[images])
             srcs.append(images[s])
@@ -247,16 +247,12 @@ class BoxExpander:
         probs.append(np.ones(lp.shape[0]))
         counts.append(np.ones(lp.shape[0], dtype=np.int64))
         row_state = np.concatenate(srcs)
-        row_count = np.concatenate(counts)
-        branch_row = np.repeat(np.arange(row_state.shape[0]), row_count)
-        order = np.argsort(row_state, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.shape[0])
-        border = np.argsort(rank[branch_row], kind="stable")
-        offsets = np.zeros(row_state.shape[0] + 1, dtype=np.int64)
-        np.cumsum(row_count[order], out=offsets[1:])
-        return Rows(row_state[order], np.full(row_state.shape[0], -1, dtype=np.int64), offsets,
-                    np.concatenate(tgts)[border], np.concatenate(probs)[border], {}, loop,
+        unsorted = np.zeros(row_state.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(counts), out=unsorted[1:])
+        order = np.argsort(row_state, kind="stable")  # rows grouped by source state, as Rows requires
+        gather, offsets = gather_rows(order, unsorted)
+        return Rows(row_state[order], np.full(row_state.shape[0], NO_ACTION, dtype=np.int64), offsets,
+                    np.concatenate(tgts)[gather], np.concatenate(probs)[gather], {}, loop,
                     np.zeros(b, dtype=bool), 0)
 
     def labels(self, keys: np.ndarray) -> dict[str, np.ndarray]:
@@ -301,12 +297,7 @@ def _induced(expander: BoxExpander, parts: Any) -> InducedModel:
 
 
 def _values(model: Any, formula: str) -> np.ndarray:
-    prop = stormpy.parse_properties(formula)[0]
-    try:
-        result = stormpy.model_checking(model, prop.get_raw_formula(), only_initial_states=False, environment=environment())
-    except RuntimeError as exc:
-        raise PropertyError(f"Storm could not check '{formula}': {str(exc).strip().splitlines()[0]}") from None
-    return np.asarray(result.get_value_vector(), dtype=np.float64)
+    return value_vector(model, stormpy.parse_properties(formula)[0].get_raw_formula())
 
 
 def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon: int, *, driver: str = "local",

@@ -42,8 +42,8 @@ class Pieces:
     mask: np.ndarray
 
     @staticmethod
-    def concat(parts: list[Pieces], offsets: list[int]) -> Pieces:
-        return Pieces(np.concatenate([p.owner + o for p, o in zip(parts, offsets, strict=True)]),
+    def concat(parts: list[Pieces]) -> Pieces:
+        return Pieces(np.concatenate([p.owner for p in parts]),
                       np.concatenate([p.lo for p in parts]), np.concatenate([p.hi for p in parts]),
                       np.concatenate([p.mask for p in parts]))
 
@@ -178,7 +178,6 @@ class Splitter:
         self.stats["cache_hits"] += int(hit.sum())
         miss = np.flatnonzero(~hit)
         parts: list[Pieces] = [Pieces(np.flatnonzero(hit), lo[hit], hi[hit], known[hit])]
-        offsets = [0]
         if miss.size:
             if self.workers == 1 or miss.size < MIN_PARALLEL * self.workers:
                 chunks = [miss]
@@ -193,9 +192,8 @@ class Splitter:
             for c, r in zip(chunks, results, strict=True):
                 r.mask &= known[c][r.owner]
                 parts.append(Pieces(c[r.owner], r.lo, r.hi, r.mask))
-                offsets.append(0)
-            self._insert(Pieces.concat(parts[1:], offsets[1:]))
-        out = Pieces.concat(parts, offsets)
+            self._insert(Pieces.concat(parts[1:]))
+        out = Pieces.concat(parts)
         order = np.argsort(out.owner, kind="stable")
         out = Pieces(out.owner[order], out.lo[order], out.hi[order], out.mask[order])
         self.stats["pieces"] += int(out.owner.size)

@@ -10,7 +10,7 @@ import stormpy
 from distmc.check.properties import PropertySpec
 from distmc.errors import PropertyError
 
-__all__ = ["check", "environment"]
+__all__ = ["check", "environment", "value_vector"]
 
 #: Termination precision of Storm's min-max solver (value iteration) for MDPs.
 MDP_PRECISION = 1e-12
@@ -41,12 +41,22 @@ def environment() -> Any:
     return env
 
 
-def _values(storm_model: Any, formula: Any, initial: np.ndarray) -> list[float]:
+def _model_check(storm_model: Any, formula: Any, only_initial_states: bool) -> Any:
     try:
-        result = stormpy.model_checking(storm_model, formula, only_initial_states=True, environment=environment())
+        return stormpy.model_checking(storm_model, formula, only_initial_states=only_initial_states,
+                                      environment=environment())
     except RuntimeError as exc:
         raise PropertyError(f"Storm could not check '{formula}': {str(exc).strip().splitlines()[0]}") from None
+
+
+def _values(storm_model: Any, formula: Any, initial: np.ndarray) -> list[float]:
+    result = _model_check(storm_model, formula, True)
     return [float(result.get_value(int(s))) for s in initial]
+
+
+def value_vector(storm_model: Any, formula: Any) -> np.ndarray:
+    """The value of ``formula`` (a Storm formula) in every state ``[N]``, with distmc's solver settings."""
+    return np.asarray(_model_check(storm_model, formula, False).get_value_vector(), dtype=np.float64)
 
 
 def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray) -> float | dict[str, float]:

@@ -29,7 +29,7 @@ from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 from distmc.policy.base import Policy, action_distribution
 
-__all__ = ["MODES", "Expander", "Rows", "policy_counters"]
+__all__ = ["MODES", "Expander", "Rows", "gather_rows", "policy_counters"]
 
 MODES = ("stochastic", "deterministic", "monolithic")
 
@@ -77,7 +77,7 @@ def policy_counters(expander: object) -> tuple[int, float]:
     return int(getattr(policy, "forward_passes", 0)), float(getattr(policy, "seconds", 0.0))
 
 
-def _gather_rows(order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def gather_rows(order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Branch gather index and new offsets for taking rows ``order`` out of CSR ``offsets``."""
     counts = np.diff(offsets)[order]
     new_off = np.zeros(order.shape[0] + 1, dtype=np.int64)
@@ -272,7 +272,7 @@ class Expander:
             prob = np.concatenate([prob, np.ones(loops.size)])
             row_rew = {k: np.concatenate([v, np.zeros(loops.size)]) for k, v in row_rew.items()}
             order = np.argsort(row_state, kind="stable")
-            gather, offsets = _gather_rows(order, offsets)
+            gather, offsets = gather_rows(order, offsets)
             row_state, row_action = row_state[order], row_action[order]
             target_keys, prob = target_keys[gather], prob[gather]
             row_rew = {k: v[order] for k, v in row_rew.items()}
@@ -314,5 +314,5 @@ class Expander:
         prob = np.concatenate([prob, *add_prob])
         row_rew = {k: np.concatenate([v, np.array(add_rew[k])]) for k, v in row_rew.items()}
         order = np.argsort(row_state, kind="stable")
-        gather, offsets = _gather_rows(order, offsets)
+        gather, offsets = gather_rows(order, offsets)
         return row_state[order], row_action[order], offsets, succ[gather], prob[gather], {k: v[order] for k, v in row_rew.items()}
