@@ -128,57 +128,33 @@ def child_callback(t: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_profile(t: dict[str, Any]) -> dict[str, Any]:
-    """Where distmc's time goes on one run: the phases of :func:`distmc.api.verify`, split further.
-
-    ``load_policy`` is split into loading the TorchScript file and the CPU thread-count calibration
-    (``TorchScriptPolicy._choose_threads``, timed by wrapping it); exploration into the policy's forward passes
-    and the rest (kernel, visited set, rows).
+    """Where distmc's time goes on one run: :func:`distmc.api.verify`'s own time split, and the CPU thread-count
+    calibration inside loading the policy (``TorchScriptPolicy._choose_threads``, timed by wrapping it; it is part
+    of ``build_s``).
     """
-    import torch  # noqa: F401
+    import torch  # noqa: F401  (imported before timing, as in child_distmc)
 
-    from distmc.api import verify
-    from distmc.assemble.reducer import assemble
-    from distmc.assemble.storm import to_storm
-    from distmc.check.checker import check
-    from distmc.explore.local import explore_local
-    from distmc.pipeline import Job
+    from distmc.api import Report, verify
     from distmc.policy.torchscript import TorchScriptPolicy
 
     verify(REPO / "distmc" / "examples" / "gridworld.prism", 'P=? [F "crash"]', constants="N=2")  # warm-up
-    spent = {"calibrate_s": 0.0, "forward_s": 0.0}
+    spent = {"calibrate_s": 0.0}
     choose = TorchScriptPolicy._choose_threads
-    forward = TorchScriptPolicy.forward
 
     def timed_choose(self: Any, width: int) -> None:
         t0 = time.perf_counter()
         choose(self, width)
         spent["calibrate_s"] += time.perf_counter() - t0
 
-    def timed_forward(self: Any, states: Any) -> Any:
-        t0 = time.perf_counter()
-        out = forward(self, states)
-        spent["forward_s"] += time.perf_counter() - t0
-        return out
-
     TorchScriptPolicy._choose_threads = timed_choose  # type: ignore[method-assign]
-    TorchScriptPolicy.forward = timed_forward  # type: ignore[method-assign]
-    t0 = time.perf_counter()
-    parts = Job(t["file"], t["prop"], t["constants"] or None, t["policy"], t["interface"], t["mode"]).build()
-    t1 = time.perf_counter()
-    assert parts.expander is not None
-    explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states))
-    t2 = time.perf_counter()
-    induced = assemble(explored, parts.model, parts.codec, parts.spec.atoms, parts.reward_names,
-                       force_mdp=parts.force_mdp)
-    storm_model = to_storm(induced)
-    t3 = time.perf_counter()
-    result = check(storm_model, parts.spec, induced.kind, induced.initial)
-    t4 = time.perf_counter()
-    pol = parts.policy
-    return {"seconds": t4 - t0, "result": _value(result), "states": induced.n_states,
-            "build_s": t1 - t0, "calibrate_s": spent["calibrate_s"], "explore_s": t2 - t1,
-            "forward_s": spent["forward_s"], "assemble_s": t3 - t2, "check_s": t4 - t3,
-            "policy_states": getattr(pol, "states_evaluated", 0), "forward_passes": getattr(pol, "forward_passes", 0)}
+    r = verify(t["file"], t["prop"], constants=t["constants"] or None, policy=t["policy"], interface=t["interface"],
+               mode=t["mode"])
+    assert isinstance(r, Report)
+    tm = r.timings
+    return {"seconds": tm["total_s"], "result": _value(r.result), "states": r.states,
+            "build_s": tm["parse_s"], "calibrate_s": spent["calibrate_s"], "explore_s": tm["explore_s"],
+            "forward_s": tm.get("policy_s", 0.0), "assemble_s": tm["assemble_s"], "check_s": tm["check_s"],
+            "policy_states": r.policy_states, "forward_passes": r.policy_calls}
 
 
 CHILDREN = {"distmc": child_distmc, "storm": child_storm, "callback": child_callback, "profile": child_profile}
