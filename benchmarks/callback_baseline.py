@@ -363,6 +363,7 @@ def run_distmc(
     policy: str | Path,
     interface: str | Path,
     mode: str = "stochastic",
+    checker: str = "auto",
 ) -> dict[str, Any]:
     """``distmc.api.verify`` on a saved network; same keys as :func:`run_callback` (``timings`` are distmc's).
 
@@ -372,7 +373,8 @@ def run_distmc(
     from distmc.api import verify
 
     t0 = time.perf_counter()
-    report = verify(model_path, prop, constants=constants or None, policy=str(policy), interface=interface, mode=mode)
+    report = verify(model_path, prop, constants=constants or None, policy=str(policy), interface=interface, mode=mode,
+                    checker=checker)
     seconds = time.perf_counter() - t0
     assert not isinstance(report, tuple)
     return {
@@ -382,6 +384,7 @@ def run_distmc(
         "seconds": seconds,
         "timings": dict(report.timings),
         "kernel": os.environ.get("DISTMC_KERNEL", "default"),
+        "checker": report.checker,
     }
 
 
@@ -414,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=1, help="torch intra-op threads, for both tools (default: %(default)s)"
     )
     ap.add_argument("--compare", action="store_true", help="also run distmc on the same network and compare")
+    ap.add_argument("--checker", default="auto", choices=["auto", "storm", "native"],
+                    help="distmc's checker with --compare (the callback approach always checks with Storm)")
     ap.add_argument("--save", default=None, help="folder to keep the TorchScript network and interface file in")
     args = ap.parse_args(argv)
 
@@ -452,10 +457,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"saved {policy} and {interface}")
         if not args.compare:
             return 0
-        dm = run_distmc(model_path, constants, prop, policy, interface, args.mode)
+        dm = run_distmc(model_path, constants, prop, policy, interface, args.mode, args.checker)
     print(
         f"distmc:   {dm['states']} states, {dm['transitions']} transitions, value {dm['result']!r}, "
-        f"time {dm['seconds']:.3f} s ({_timings(dm['timings'])}); DISTMC_KERNEL={dm['kernel']}"
+        f"time {dm['seconds']:.3f} s ({_timings(dm['timings'])}); DISTMC_KERNEL={dm['kernel']}, checker {dm['checker']}"
     )
     diff = abs(float(dm["result"]) - cb["result"]) if isinstance(dm["result"], float) else float("inf")
     print(f"speed ratio callback/distmc: {cb['seconds'] / dm['seconds']:.2f}x; |value difference| {diff:.3g}")

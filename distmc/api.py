@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -11,13 +12,17 @@ from pathlib import Path
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
 from distmc.check.checker import check
-from distmc.errors import DistmcError, ResourceLimitError
+from distmc.check.native import check_native, unsupported
+from distmc.check.properties import PropertySpec
+from distmc.errors import DistmcError, PropertyError, ResourceLimitError
 from distmc.explore.checkpoint import Checkpoint
-from distmc.explore.limits import Limits, parse_duration, parse_memory, rss_bytes
+from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, rss_bytes
 from distmc.explore.local import explore_local
 from distmc.pipeline import Job
 
 __all__ = ["Report", "verify"]
+
+log = logging.getLogger(__name__)
 
 
 def _const_text(constants: str | dict[str, str] | None) -> str | None:
@@ -38,19 +43,41 @@ _EXPLORE_SPLIT = ("startup_s", "levels_s", "gather_s", "policy_s")
 STORM_BYTES_PER_TRANSITION = 80
 
 
-def _check_handoff_memory(limits: Limits, induced: InducedModel, depth: int, release: bool) -> None:
-    """With ``--max-memory``: stop before the hand-off to Storm rather than be killed for memory during it."""
-    if limits.max_memory is None:
-        return
+def _choose_checker(checker: str, limits: Limits, induced: InducedModel, spec: PropertySpec, depth: int,
+                    release: bool) -> str:
+    """``storm`` or ``native`` for ``--checker auto|storm|native``; stop rather than be killed for memory.
+
+    ``auto`` keeps Storm unless its import and check would not fit (the memory under ``--max-memory``, else
+    the machine's available memory) and the native checker can check the property. ``storm`` (or ``auto``
+    without that way out) with ``--max-memory`` stops before the hand-off when Storm would need more.
+    """
+    if checker == "native":
+        why = unsupported(spec, induced.kind)
+        if why is not None:
+            raise PropertyError(f"--checker native cannot check '{spec.text}': {why}")
+        return "native"
     per = STORM_BYTES_PER_TRANSITION - (16 if release else 0)  # released: our 16 B copy is gone before Storm reads
-    need = rss_bytes() + per * induced.n_transitions
-    if need > limits.max_memory:
-        raise ResourceLimitError(
-            f"the induced model ({induced.n_states} states, {induced.n_transitions} transitions) is explored, but "
-            f"handing it to Storm needs about {need / 2**30:.1f} GiB, more than --max-memory "
-            f"{limits.max_memory / 2**30:.1f} GiB; nothing was checked",
-            {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0, "depth": depth},
-        )
+    rss = rss_bytes()
+    need = rss + per * induced.n_transitions
+    budget = limits.max_memory if limits.max_memory is not None else rss + available_bytes()
+    if need <= budget:
+        return "storm"
+    why = unsupported(spec, induced.kind)
+    if checker == "auto" and why is None:
+        log.warning("Storm would need about %.1f GiB for %d transitions (%.1f GiB available): checking with "
+                    "distmc's native checker", need / 2**30, induced.n_transitions, budget / 2**30)
+        return "native"
+    if limits.max_memory is None:
+        log.warning("Storm may need about %.1f GiB, more than the %.1f GiB available%s", need / 2**30,
+                    budget / 2**30, "" if checker == "storm" else f" (the native checker cannot help: {why})")
+        return "storm"
+    raise ResourceLimitError(
+        f"the induced model ({induced.n_states} states, {induced.n_transitions} transitions) is explored, but "
+        f"handing it to Storm needs about {need / 2**30:.1f} GiB, more than --max-memory "
+        f"{limits.max_memory / 2**30:.1f} GiB; nothing was checked"
+        + ("" if checker == "storm" else f" (the native checker cannot check it: {why})"),
+        {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0, "depth": depth},
+    )
 
 
 def _resumed_job(saved: Job, given: Job, model_path: object, prop: object) -> Job:
@@ -88,6 +115,7 @@ class Report:
     driver: str = "local"
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor: states, batches, bytes sent, ...
     restarts: int = 0  # workers lost and replaced from the checkpoint
+    checker: str = "storm"  # "storm", or "native" (distmc's value iteration, :mod:`distmc.check.native`)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -128,6 +156,7 @@ def verify(
     export_path: str | Path | None = None,
     keep_model: bool = False,
     trust_policy: bool = False,
+    checker: str = "auto",
 ) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
@@ -159,6 +188,9 @@ def verify(
         export_path: also write the induced model (``.umb`` or ``.drn``).
         keep_model: also return the :class:`InducedModel`.
         trust_policy: allow policy formats whose loading runs code stored in the file (SB3 ``.zip``).
+        checker: ``storm`` (the reference), ``native`` (distmc's own check of reachability probabilities on
+            DTMCs, :mod:`distmc.check.native`) or ``auto``: Storm unless it would not fit in memory
+            (``max_memory``, else the machine's available memory) and the native checker can check the property.
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP
@@ -167,6 +199,8 @@ def verify(
     """
     if workers < 1:
         raise DistmcError(f"--workers must be at least 1, not {workers}")
+    if checker not in ("auto", "storm", "native"):
+        raise DistmcError(f"--checker must be auto, storm or native, not '{checker}'")
     if not 0.0 <= threshold < 1.0:
         raise DistmcError(f"--threshold must be in [0, 1), not {threshold}")
     if resume is None and (model_path is None or prop is None):
@@ -204,12 +238,17 @@ def verify(
     t2 = time.perf_counter()
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
-    _check_handoff_memory(limits, induced, int(explored.stats.get("depth", 0)), release=not keep_model)
+    used = _choose_checker(checker, limits, induced, spec, int(explored.stats.get("depth", 0)),
+                           release=not keep_model)
     if export_path is not None:
         export(induced, export_path)
-    storm_model = to_storm(induced, release=not keep_model)
-    t3 = time.perf_counter()
-    result = check(storm_model, spec, induced.kind, induced.initial)
+    if used == "native":
+        t3 = time.perf_counter()
+        result = check_native(induced, spec)
+    else:
+        storm_model = to_storm(induced, release=not keep_model)
+        t3 = time.perf_counter()
+        result = check(storm_model, spec, induced.kind, induced.initial)
     t4 = time.perf_counter()
     report = Report(
         result=result,
@@ -229,6 +268,7 @@ def verify(
         policy_states=int(explored.stats.get("policy_states", 0)),
         policy_calls=int(explored.stats.get("policy_calls", 0)),
         restarts=int(explored.stats.get("restarts", 0)),
+        checker=used,
         timings={
             "parse_s": t1 - t0,
             "explore_s": t2 - t1,

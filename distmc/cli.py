@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no live progress display")
     run.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                      help="log records to standard error from this level (info: one record per explored level)")
+    run.add_argument("--checker", default="auto", choices=["auto", "storm", "native"],
+                     help="who checks the induced model: storm (the reference), native (distmc's value iteration; "
+                          "reachability probabilities on DTMCs) or auto (default: Storm unless it would not fit in "
+                          "memory)")
     run.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -122,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 gpus_per_worker=args.gpus_per_worker,
                 export_path=args.export,
                 trust_policy=args.trust_policy,
+                checker=args.checker,
             )
     except DistmcError as exc:
         if args.debug:

@@ -39,3 +39,25 @@ def test_regression_matches_storm(monkeypatch: pytest.MonkeyPatch, name: str, pr
     for mode in ("stochastic", "deterministic"):  # the uniform policy resolves these models' choices alike
         r = verify(DATA / name, prop, mode=mode)
         assert r.states == ref["states"]
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "distmc" / "examples" / "gridworld.prism"
+
+
+@pytest.mark.parametrize("prop", ['P=? [F ((x=px) & "init")]', 'P=? [F ("crash" | "init")]',
+                                  'P=? [(!"init" | x=0) U "goal"]'])
+def test_builtin_label_in_boolean_combination(prop: str) -> None:
+    # "init" combined with other state formulas stays an opaque BinaryBooleanStateFormula in stormpy, so its other
+    # atoms were never labelled and Storm's check failed with "unknown label" (found 2026-12-03 while testing the
+    # native checker). "init" is now spelled out as the initial states' valuations there.
+    ref = storm_reference(EXAMPLE, "N=4", prop)
+    got = verify(EXAMPLE, prop, constants="N=4", mode="monolithic")
+    assert (got.states, got.transitions) == (ref["states"], ref["transitions"])
+    assert _close(got.result, ref["result"])
+
+
+def test_deadlock_in_boolean_combination_is_refused() -> None:
+    from distmc.errors import PropertyError
+
+    with pytest.raises(PropertyError, match='"deadlock" inside a Boolean combination'):
+        verify(EXAMPLE, 'P=? [F ("deadlock" & x=1)]', constants="N=4")

@@ -165,6 +165,9 @@ def parse_property(text: str, model: Model) -> PropertySpec:
         lambda m: f"({model.labels[m.group(1)].text})" if m.group(1) in model.labels else m.group(0), text
     )
     spec.formula = _parse(expanded, model)
+    if _has_opaque_combination(spec.formula):
+        expanded = _expand_builtin(expanded, text, model)
+        spec.formula = _parse(expanded, model)
     spec.builtin_labels = {n for n in _LABEL_REF.findall(expanded) if n in _BUILTIN_LABELS}
     stack = [spec.formula]
     while stack:
@@ -174,6 +177,46 @@ def parse_property(text: str, model: Model) -> PropertySpec:
             spec.atoms[a[0]] = a[1]
         stack.extend(_children(f))
     return spec
+
+
+def _has_opaque_combination(f: Any) -> bool:
+    """Whether ``f`` holds a Boolean combination that stays a ``BinaryBooleanStateFormula``.
+
+    With labels expanded, that happens only where a built-in label ("init", "deadlock") is combined with something
+    else; stormpy does not expose such a formula's operands, so their atoms could not be labelled.
+    """
+    stack = [f]
+    while stack:
+        g = stack.pop()
+        if isinstance(g, sl.BinaryBooleanStateFormula):
+            return True
+        stack.extend(_children(g))
+    return False
+
+
+#: At most this many initial states are spelled out for "init" inside a Boolean combination.
+_MAX_INIT_DISJUNCTS = 64
+
+
+def _expand_builtin(expanded: str, text: str, model: Model) -> str:
+    """``expanded`` with "init" written as the disjunction of the initial states' valuations."""
+    if '"deadlock"' in expanded:
+        raise PropertyError(
+            f"property '{text}': \"deadlock\" inside a Boolean combination is not supported (use it on its own, "
+            f"e.g. F \"deadlock\")"
+        )
+    states = model.initial_states
+    if states.shape[0] > _MAX_INIT_DISJUNCTS:
+        raise PropertyError(
+            f"property '{text}': \"init\" inside a Boolean combination is spelled out as the initial states, and "
+            f"this model has {states.shape[0]} (at most {_MAX_INIT_DISJUNCTS}); use it on its own"
+        )
+    disjuncts = []
+    for row in states.tolist():
+        parts = [(v.name if val else f"!{v.name}") if v.is_bool else f"{v.name}={val}"
+                 for v, val in zip(model.variables, row, strict=True)]
+        disjuncts.append("(" + (" & ".join(parts) or "true") + ")")
+    return expanded.replace('"init"', "(" + " | ".join(disjuncts) + ")")
 
 
 def _terminal(f: Any, model: Model) -> list[tuple[CompiledExpr, bool]]:
