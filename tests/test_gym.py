@@ -269,3 +269,13 @@ def test_maskable_ppo_trains_on_masks_and_verifies_from_zip(tmp_path: Path) -> N
     assert from_zip.states == from_pt.states
     assert abs(from_zip.result - from_pt.result) <= 1e-9
     assert "MaskablePPO" in from_zip.policy
+
+
+def test_small_cache_keeps_a_batch_whole() -> None:
+    # A batch that overflows the cache clears it; the batch's own cached states were lost with it (KeyError on
+    # avoid 12x12 with 20,000 episodes, found 2026-12-03). Same episodes with a tiny and a large cache.
+    small, large = grid_env(cache_size=8, max_steps=50), grid_env(max_steps=50)
+    a = rollout(small, None, 300, seed=9, labels=["crash"])
+    b = rollout(large, None, 300, seed=9, labels=["crash"])
+    assert np.array_equal(a.reached["crash"], b.reached["crash"])
+    assert np.array_equal(a.lengths, b.lengths)

@@ -115,6 +115,7 @@ class Dynamics:
         if miss:
             if len(self._cache) + len(miss) > self.cache_size:
                 self._cache.clear()
+                miss = list(range(len(kb)))  # the batch's hits went with the rest
             idx = np.array(sorted({kb[i]: i for i in miss}.values()), dtype=np.int64)
             for i, t in zip(idx.tolist(), self._build(states[idx], self.codec.pack(states[idx])), strict=True):
                 self._cache[kb[i]] = t
