@@ -60,8 +60,15 @@ def test_memory_limit_stops_before_the_handoff(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(distmc.api, "STORM_BYTES_PER_TRANSITION", 10**8)  # as if Storm needed 100 MB a transition
     with pytest.raises(ResourceLimitError, match="handing it to Storm needs") as err:
-        verify(EXAMPLE, PROP, constants="N=7", **POLICY, max_memory="100G")
+        verify(EXAMPLE, PROP, constants="N=7", **POLICY, max_memory="100G", checker="storm")
     assert err.value.partial["transitions"] > 0 and err.value.partial["frontier"] == 0
+    # --checker auto (the default) checks it with the native checker instead, and gets Storm's value
+    report = verify(EXAMPLE, PROP, constants="N=7", **POLICY, max_memory="100G")
+    assert report.checker == "native"  # type: ignore[union-attr]
+    monkeypatch.undo()
+    storm = verify(EXAMPLE, PROP, constants="N=7", **POLICY, max_memory="100G")
+    assert storm.checker == "storm"  # type: ignore[union-attr]
+    assert abs(report.result - storm.result) <= 2e-12  # type: ignore[union-attr, operator]
 
 
 def test_cli_limit_writes_partial_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
