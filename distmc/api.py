@@ -130,6 +130,7 @@ class Report:
             f"{self.states} states, {self.transitions} transitions, {self.choices} rows, depth {self.depth}\n"
             f"  time: explore {t['explore_s']:.3f} s, assemble {t['assemble_s']:.3f} s, "
             f"check {t['check_s']:.3f} s, total {t['total_s']:.3f} s"
+            + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
         )
 
 
