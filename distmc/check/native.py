@@ -12,10 +12,11 @@ could be explored can also be checked:
   states only; the values agree, ``tests/test_native_checker.py``);
 * ``P=? [phi1 U phi2]`` and ``P=? [F phi]``: Storm's graph analysis first (``prob0``: states that cannot reach
   ``phi2`` through ``phi1`` states; ``prob1``: states that cannot reach a ``prob0`` state through the others,
-  both by backward search on the transposed graph), then interval iteration on the remaining states: a lower
-  bound from 0 and an upper bound from 1 (sound because the ``prob1`` states are fixed, so the fixpoint is
-  unique), iterated until they are within ``2 * precision`` of each other everywhere; the midpoint is within
-  ``precision`` (1e-12, as Storm's sound value iteration in :mod:`distmc.check.checker`) of the exact value.
+  both by backward search on the transposed graph), then sound value iteration on the remaining states, the
+  method Storm uses for distmc's DTMC checks (Quatmann and Katoen, CAV 2018): the probability ``x`` of having
+  reached the ``prob1`` states within k steps and the probability ``y`` of still being undecided give bounds
+  ``x + y * [L, U]`` on every value, iterated until they are within ``2 * precision``; the midpoint is within
+  ``precision`` (1e-12, as Storm's check in :mod:`distmc.check.checker`) of the exact value.
 
 ``phi1`` and ``phi2`` are the property's atoms (labels the reducer wrote), ``true``/``false``, or their negation.
 Anything else (rewards, MDPs, nested P operators, lower step bounds) is refused by
@@ -245,24 +246,35 @@ def _unbounded(a: _Matrix, phi1: np.ndarray, phi2: np.ndarray, precision: float,
     # prob1 = states that cannot reach a prob0 state while staying in greater0 & !phi2 (Storm's performProb1)
     prob1 = ~_reach_back(in_off, sources, ~greater0, greater0 & ~phi2)
     del in_off, sources
-    maybe = np.flatnonzero(greater0 & ~prob1)
     active = greater0 & ~prob1
-    lo = prob1.astype(np.float64)
-    hi = lo.copy()
-    hi[maybe] = 1.0
-    lo2, hi2 = np.empty_like(lo), np.empty_like(hi)
-    gap = 0.0
+    maybe = np.flatnonzero(active)
+    # Sound value iteration (Quatmann & Katoen, CAV 2018; Storm's SOUND_VALUE_ITERATION for DTMCs): after k steps
+    # x(s) is the probability of reaching prob1 within k steps through maybe states and y(s) that of still being
+    # in the maybe states. The value is x + y * (the value where the paths still in maybe stand), and once every
+    # y < 1 that lies in [L, U] with L, U the least and greatest x / (1 - y) over the maybe states.
+    x = prob1.astype(np.float64)
+    y = np.zeros_like(x)
+    y[maybe] = 1.0
+    x2, y2 = np.empty_like(x), np.empty_like(y)
+    gap = np.inf
     for it in range(1, max_iterations + 1):
         if maybe.size == 0:
-            return lo, it
-        a.sweep2(lo, hi, active, lo2, hi2)
-        lo, lo2, hi, hi2 = lo2, lo, hi2, hi
-        gap = float(np.max(hi[maybe] - lo[maybe]))
+            return x, it
+        a.sweep2(x, y, active, x2, y2)
+        x, x2, y, y2 = x2, x, y2, y
+        ym = y[maybe]
+        if ym.max() >= 1.0:
+            continue
+        ratio = x[maybe] / (1.0 - ym)
+        lo, hi = float(ratio.min()), float(ratio.max())
+        gap = float(ym.max()) * (hi - lo)
         if gap <= 2 * precision:
-            return (lo + hi) / 2, it
+            out = x.copy()
+            out[maybe] += ym * (lo + hi) / 2
+            return out, it
     raise PropertyError(
-        f"the native checker's interval iteration did not reach precision {precision:g} in {max_iterations} "
-        f"iterations (gap {gap:.3g})"
+        f"the native checker's value iteration did not reach precision {precision:g} in {max_iterations} "
+        f"iterations (bound gap {gap:.3g})"
     )
 
 
