@@ -19,25 +19,11 @@ import numpy as np
 
 from distmc.abstract.envs import get_env
 from distmc.abstract.faults import FaultModel
-from distmc.abstract.mdp import BoxExpander
+from distmc.abstract.mdp import BoxExpander, KeyCodec
 from distmc.abstract.network import Network
 from distmc.abstract.split import Splitter
 
 __all__ = ["BoxJob", "KeyCodec"]
-
-
-class KeyCodec:
-    """The key layout the Ray driver routes by: one uint64 word per key."""
-
-    dtype = np.dtype(np.uint64)
-    words = 1
-    key_bytes = 8
-
-    def to_words(self, keys: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(keys, dtype=np.uint64).reshape(keys.shape[0], 1)
-
-    def from_words(self, words: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(words[:, 0], dtype=np.uint64)
 
 
 @dataclass(frozen=True)

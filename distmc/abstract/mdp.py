@@ -42,10 +42,11 @@ from distmc.assemble.storm import to_storm
 from distmc.check.checker import value_vector
 from distmc.errors import PropertyError, ResourceLimitError
 from distmc.explore.expander import Rows, gather_rows
-from distmc.explore.partition import Partition
+from distmc.explore.local import explore_local
+from distmc.explore.partition import Explored
 from distmc.model.kernel import NO_ACTION
 
-__all__ = ["AbstractResult", "BoxExpander", "check_bounds", "explore_bounded"]
+__all__ = ["AbstractResult", "BoxExpander", "KeyCodec", "check_bounds", "explore_bounded"]
 
 TAG_SHIFT = np.uint64(62)
 TAG_SPECIAL, TAG_CELL, TAG_INIT, TAG_IMAGE = (np.uint64(t) for t in range(4))
@@ -62,6 +63,20 @@ class AbstractResult:
     upper: np.ndarray
     lower: np.ndarray
     stats: dict[str, Any] = field(default_factory=dict)
+
+
+class KeyCodec:
+    """The key layout the Ray driver routes by: one uint64 word per key."""
+
+    dtype = np.dtype(np.uint64)
+    words = 1
+    key_bytes = 8
+
+    def to_words(self, keys: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(keys, dtype=np.uint64).reshape(keys.shape[0], 1)
+
+    def from_words(self, words: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(words[:, 0], dtype=np.uint64)
 
 
 class BoxExpander:
@@ -84,6 +99,7 @@ class BoxExpander:
         self.image_keys: set[int] = set()  # seen here (statistics only)
         self._memo: dict[int, np.ndarray] = {}  # box-state key -> [rows, outcomes] image keys
         self.cutoff = False  # expand everything as a self-loop (the last BFS level)
+        self.codec = KeyCodec()
         self.stats = {"box_states": 0, "image_states": 0, "split_s": 0.0}
 
     # -- keys --------------------------------------------------------------------------------------------------
@@ -266,20 +282,21 @@ class BoxExpander:
         return {"fail": fail, "possibly_fail": maybe}
 
 
-def explore_bounded(expander: BoxExpander, initial_keys: np.ndarray, levels: int, batch: int = 20_000) -> tuple:
-    """BFS to depth ``levels`` (states at that depth get a self-loop); returns (Explored, ids of the initial keys)."""
-    part = Partition(expander, np.dtype(np.uint64))  # type: ignore[arg-type]
-    initial = part.resolve(initial_keys)
-    depth = 0
-    while part.frontier_size:
-        ids, keys = part.take_level()
+def explore_bounded(expander: BoxExpander, initial_keys: np.ndarray, levels: int,
+                    batch: int = 20_000) -> tuple[Explored, np.ndarray]:
+    """BFS to depth ``levels`` (states at that depth get a self-loop); returns (Explored, ids of the initial keys).
+
+    The initial keys are distinct (:meth:`BoxExpander.add_initial`), so their ids are ``0..I-1`` in order.
+    """
+
+    def cut(depth: int) -> None:
         expander.cutoff = depth >= levels
-        for s in range(0, ids.shape[0], batch):
-            rows = part.expand(keys[s : s + batch])
-            part.store(ids[s : s + batch], rows, part.resolve(rows.target_keys))
-        depth += 1
-    expander.cutoff = False
-    return part.result(np.unique(initial)), initial
+
+    try:
+        parts = explore_local(expander, initial_keys, batch_states=batch, before_level=cut)  # type: ignore[arg-type]
+    finally:
+        expander.cutoff = False
+    return parts, parts.initial
 
 
 def _induced(expander: BoxExpander, parts: Any) -> InducedModel:

@@ -27,6 +27,7 @@ def explore_local(
     batch_states: int = BATCH_STATES,
     limits: Limits | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
+    before_level: Callable[[int], None] | None = None,
 ) -> Explored:
     """Explore from ``initial_keys`` ``[I]`` to the fixpoint; states are numbered in BFS discovery order.
 
@@ -36,6 +37,8 @@ def explore_local(
         batch_states: states per expansion batch.
         limits: checked after every batch (:class:`~distmc.errors.ResourceLimitError` with a partial report).
         progress: called after every level with depth, states, frontier, transitions, policy states, elapsed.
+        before_level: called with the depth (0 for the initial states) before each level is expanded, so that an
+            expander can change what it does per level (the box abstraction's horizon cut-off).
     """
     check = LimitCheck(limits or Limits())
     part = Partition(expander, expander.codec.dtype)
@@ -44,6 +47,8 @@ def explore_local(
     t0 = time.perf_counter()
     while part.frontier_size:
         ids, keys = part.take_level()
+        if before_level is not None:
+            before_level(depth)
         for start in range(0, ids.shape[0], batch_states):
             bids, bkeys = ids[start : start + batch_states], keys[start : start + batch_states]
             rows = part.expand(bkeys)
