@@ -159,6 +159,24 @@ def test_splitter_cache_and_workers_do_not_change_the_result() -> None:
         assert np.array_equal(getattr(one, f), getattr(two, f))
 
 
+def test_cache_lookup_equals_brute_force() -> None:
+    # The R*-tree lookup (one intersection_v query per batch) against checking every cached piece by hand.
+    net = Network.random([2, 16, 16, 3], "relu", 7)
+    rng = np.random.default_rng(4)
+    s = Splitter(net, np.ones(2), 4)
+    lo = rng.uniform(-1, 1, (200, 2))
+    s.split(lo, lo + rng.uniform(0.05, 0.6, (200, 2)))
+    qlo = rng.uniform(-1, 1, (500, 2))
+    qhi = qlo + rng.uniform(0.0, 0.2, (500, 2))
+    got = s._cached(qlo, qhi)
+    want = np.ones_like(got)
+    for i in range(qlo.shape[0]):
+        inside = (s._lo[: s._n] <= qlo[i]).all(axis=1) & (s._hi[: s._n] >= qhi[i]).all(axis=1)
+        want[i] = s._mask[: s._n][inside].all(axis=0)
+    assert np.array_equal(got, want)
+    assert (~got).any() and got.any()  # some boxes are decided by the cache, some not
+
+
 # -- the abstract MDP: soundness against simulation ----------------------------------------------------------
 
 

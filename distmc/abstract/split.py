@@ -110,9 +110,11 @@ class Splitter:
         props.dimension = self.dim
         props.variant = index.RT_Star
         self._tree = index.Index(properties=props) if use_cache else None
-        self._los: list[np.ndarray] = []
-        self._his: list[np.ndarray] = []
-        self._masks: list[np.ndarray] = []
+        # The cached pieces, row j = the tree's entry j (grown by doubling; the first `_n` rows are in use).
+        self._lo = np.zeros((0, self.dim))
+        self._hi = np.zeros((0, self.dim))
+        self._mask = np.zeros((0, net.n_outputs), dtype=bool)
+        self._n = 0
         self._pool: ProcessPoolExecutor | None = None
         self.stats = {"boxes": 0, "cache_hits": 0, "pieces": 0, "undecided_pieces": 0}
 
@@ -144,30 +146,35 @@ class Splitter:
 
     def _cached(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """``[B, A]`` intersection of the masks of cached pieces that contain each box (all True if none)."""
-        a = self.net.n_outputs
-        out = np.ones((lo.shape[0], a), dtype=bool)
-        if self._tree is None or not self._masks:
+        out = np.ones((lo.shape[0], self.net.n_outputs), dtype=bool)
+        if self._tree is None or self._n == 0 or lo.shape[0] == 0:
             return out
-        for i in range(lo.shape[0]):
-            for j in self._tree.intersection((*lo[i], *hi[i])):
-                # The tree answers overlaps; containment is checked exactly on the stored float64 boxes.
-                plo, phi, m = self._entry(j)
-                if (plo <= lo[i]).all() and (phi >= hi[i]).all():
-                    out[i] &= m
+        # One query for the whole batch: the ids of the overlapping pieces, box after box, and their counts.
+        ids, counts = self._tree.intersection_v(np.ascontiguousarray(lo), np.ascontiguousarray(hi))
+        if ids.size == 0:
+            return out
+        ids = ids.astype(np.int64)
+        box = np.repeat(np.arange(lo.shape[0]), counts.astype(np.int64))
+        # The tree answers overlaps; containment is checked exactly on the stored float64 boxes.
+        inside = (self._lo[ids] <= lo[box]).all(axis=1) & (self._hi[ids] >= hi[box]).all(axis=1)
+        forbids = ~self._mask[ids] & inside[:, None]  # [hits, A]: a containing piece rules the action out
+        for k in range(out.shape[1]):
+            out[:, k] &= np.bincount(box, weights=forbids[:, k], minlength=lo.shape[0]) == 0
         return out
-
-    def _entry(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self._los[j], self._his[j], self._masks[j]
 
     def _insert(self, pieces: Pieces) -> None:
         if self._tree is None:
             return
-        for lo, hi, m in zip(pieces.lo, pieces.hi, pieces.mask, strict=True):
-            j = len(self._masks)
-            self._los.append(lo)
-            self._his.append(hi)
-            self._masks.append(m)
-            self._tree.insert(j, (*lo, *hi))
+        n, k = self._n, pieces.lo.shape[0]
+        if n + k > self._lo.shape[0]:
+            cap = max(2 * self._lo.shape[0], n + k, 1024)
+            self._lo = np.concatenate([self._lo[:n], np.zeros((cap - n, self.dim))])
+            self._hi = np.concatenate([self._hi[:n], np.zeros((cap - n, self.dim))])
+            self._mask = np.concatenate([self._mask[:n], np.zeros((cap - n, self._mask.shape[1]), dtype=bool)])
+        self._lo[n : n + k], self._hi[n : n + k], self._mask[n : n + k] = pieces.lo, pieces.hi, pieces.mask
+        for j, (lo, hi) in enumerate(zip(pieces.lo, pieces.hi, strict=True)):
+            self._tree.insert(n + j, (*lo, *hi))
+        self._n = n + k
 
     def split(self, lo: np.ndarray, hi: np.ndarray) -> Pieces:
         """Pieces of the boxes ``[B, d]`` with their action masks (see the module docstring)."""
