@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distmc.errors import PolicyError
-from distmc.model._compiled import CHUNK
-from distmc.model.kernel import NO_ACTION, Expansion, Kernel
+from distmc.model.kernel import NO_ACTION, Kernel
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model, RewardStructure
 
@@ -121,28 +120,10 @@ class Dynamics:
                 self._cache[kb[i]] = t
         return [self._cache[k] for k in kb]
 
-    def _expand(self, states: np.ndarray, keys: np.ndarray) -> Expansion:
-        """The kernel's expansion; a batch of one parallel work item runs on this thread alone.
-
-        Why: the compiled kernel splits a batch into work items of ``CHUNK`` states over numba's thread pool, and a
-        smaller batch has one item, so the pool only adds its wake-up, which dominates single steps (measured on a
-        loaded 2-core machine: 147 steps/s with the pool, 1890 with one thread, every step expanding a new state).
-        """
-        if not self.kernel.is_compiled or states.shape[0] > CHUNK:
-            return self.kernel.expand(states, keys)
-        import numba
-
-        threads = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            return self.kernel.expand(states, keys)
-        finally:
-            numba.set_num_threads(threads)
-
     def _build(self, states: np.ndarray, keys: np.ndarray) -> list[StateTable]:
         b = states.shape[0]
         self.expanded += b
-        exp = self._expand(states, keys)
+        exp = self.kernel.expand(states, keys)
         succ = exp.succ
         agent = self._agent_of[exp.choice_action]
         stray = (agent < 0) & (exp.choice_action != NO_ACTION)
