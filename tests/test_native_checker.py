@@ -19,6 +19,7 @@ from tests.conftest import SHARED_MODELS, STORM_FILES
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "distmc" / "examples"
 EXAMPLE = EXAMPLES / "gridworld.prism"
+CHAIN = Path(__file__).resolve().parent / "data" / "gym" / "chain.prism"
 POLICY = dict(policy=str(EXAMPLES / "gridworld_policy.pt"), interface=str(EXAMPLES / "gridworld_policy.json"))
 
 GRID_PROPS = [
@@ -32,6 +33,10 @@ GRID_PROPS = [
     'P=? [F x=2 & y=1]',
     'P=? [F ("crash" & "init")]',
     'P=? [!"init" U<=7 "crash" | "goal"]',
+    'R=? [F "crash" | "goal"]',
+    'R=? [F "goal"]',  # infinite: a crash ends the episode short of the goal
+    'R=? [C<=10]',
+    'R=? [C<=0]',
 ]
 
 
@@ -45,8 +50,8 @@ def _both(*args: object, **kwargs: object) -> tuple[object, object]:
 
 def _close(a: object, b: object, tol: float) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
-        return abs(a["min"] - b["min"]) <= tol and abs(a["max"] - b["max"]) <= tol
-    return abs(a - b) <= tol  # type: ignore[operator]
+        return _close(a["min"], b["min"], tol) and _close(a["max"], b["max"], tol)
+    return a == b or abs(a - b) <= tol  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("prop", GRID_PROPS)
@@ -68,9 +73,15 @@ def test_gridworld_matches_storm(prop: str, policy: str) -> None:
         ("dtmc/leader-3-5.pm", 'P=? [F<=4 "elected"]'),
         ("dtmc/nand-5-2.pm", 'P=? [F s=4 & z/N<0.1]'),
         ("mdp/slipgrid.nm", 'P=? [F x=3 & y=3]'),
+        ("dtmc/die.pm", 'R=? [F "done"]'),
+        ("dtmc/die.pm", "R=? [C<=5]"),
+        (CHAIN, 'R=? [F "done"]'),  # state rewards
+        (CHAIN, "R=? [I=1]"),
+        (CHAIN, "R=? [I=2]"),
+        (CHAIN, "R=? [C<=3]"),
     ],
 )
-def test_storm_models_match_storm(name: str, prop: str) -> None:
+def test_storm_models_match_storm(name: str | Path, prop: str) -> None:
     storm, native = _both(STORM_FILES / name, prop)
     assert _close(storm, native, 2e-12), (storm, native)
 
@@ -85,7 +96,9 @@ def test_avoid_matches_storm(prop: str) -> None:
 @pytest.mark.parametrize(
     ("prop", "kwargs", "why"),
     [
-        ('R=? [F "goal"]', {}, "not rewards"),
+        ('R=? [C]', {}, "rewards of the forms"),
+        ('R=? [LRA]', {}, "rewards of the forms"),
+        ("R=? [C<3]", {}, "rewards of the forms"),
         ('P=? [F "crash"]', {"mode": "monolithic"}, "MDP"),
         ('P=? [F[2,5] "crash"]', {}, "step bounds"),
         ('P=? [F P>0.5 [F "goal"]]', {}, "propositional state formulas"),
@@ -117,8 +130,8 @@ def test_auto_takes_native_only_when_storm_would_not_fit() -> None:
 
 
 def test_auto_stops_when_neither_fits() -> None:
-    report, induced = verify(EXAMPLE, 'R=? [F "goal"]', constants="N=4", keep_model=True)  # type: ignore[misc]
-    spec = Job(str(EXAMPLE), 'R=? [F "goal"]', "N=4", "uniform", None, "stochastic", 0.0, "none",
+    report, induced = verify(EXAMPLE, "R=? [C]", constants="N=4", keep_model=True)  # type: ignore[misc]
+    spec = Job(str(EXAMPLE), "R=? [C]", "N=4", "uniform", None, "stochastic", 0.0, "none",
                False).build(explorer=True).spec
     with pytest.raises(ResourceLimitError, match="native checker cannot check it: .*rewards"):
         _choose_checker("auto", Limits(max_memory=rss_bytes() + 1), induced, spec, 0, release=True)
@@ -135,6 +148,6 @@ def test_cli_checker_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     storm = json.loads(out.read_text())
     assert storm["checker"] == "storm"
     assert abs(native["result"] - storm["result"]) <= 2e-12
-    assert main(["run", str(EXAMPLE), "--const", "N=4", "--prop", 'R=? [F "goal"]', "--checker", "native",
+    assert main(["run", str(EXAMPLE), "--const", "N=4", "--prop", "R=? [C]", "--checker", "native",
                  "--quiet"]) != 0
     assert "--checker native cannot check" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""distmc's own checker for reachability probabilities of an induced DTMC, for models Storm cannot hold.
+"""distmc's own checker for reachability probabilities and rewards of an induced DTMC, for models Storm cannot hold.
 
 Storm is the reference checker and the default. Its import and check need about 80 B per transition beyond
 what the explorer holds (its matrix with 64-bit columns, the import's buffers, the check's backward transitions
@@ -16,10 +16,14 @@ could be explored can also be checked:
   method Storm uses for distmc's DTMC checks (Quatmann and Katoen, CAV 2018): the probability ``x`` of having
   reached the ``prob1`` states within k steps and the probability ``y`` of still being undecided give bounds
   ``x + y * [L, U]`` on every value, iterated until they are within ``2 * precision``; the midpoint is within
-  ``precision`` (1e-12, as Storm's check in :mod:`distmc.check.checker`) of the exact value.
+  ``precision`` (1e-12, as Storm's check in :mod:`distmc.check.checker`) of the exact value;
+* ``R=? [F phi]``: infinite where ``phi`` is reached with probability below 1 (prob1 as above), 0 on ``phi``,
+  elsewhere the same sound value iteration with the state's reward (state plus policy-weighted action reward)
+  added in every step; ``R=? [C<=k]``: ``k`` steps of ``x <- r + P x`` from 0; ``R=? [I=k]``: ``k`` steps of
+  ``x <- P x`` from the state rewards (refused, as by Storm, when the structure has none).
 
 ``phi1`` and ``phi2`` are the property's atoms (labels the reducer wrote), ``true``/``false``, or their negation.
-Anything else (rewards, MDPs, nested P operators, lower step bounds) is refused by
+Anything else (MDPs, nested P operators, lower step bounds, total or long-run rewards) is refused by
 :func:`unsupported`, and the caller keeps Storm. Products are Jacobi steps, parallel over rows and summed in row
 order, so the result does not depend on the thread count.
 """
@@ -66,15 +70,28 @@ def _path(spec: PropertySpec) -> tuple[Any, Any, int | None]:
     raise AssertionError("unreachable: unsupported() admits no other path formula")
 
 
+_REWARD_BOUND = re.compile(r"^(C|I)(<=|=)(\d+)$")
+
+
 def unsupported(spec: PropertySpec, kind: str) -> str | None:
     """Why the native checker cannot check ``spec`` on an induced ``kind`` model (None: it can)."""
     if kind != "dtmc":
         return "it checks DTMCs only (this induced model keeps nondeterminism: an MDP)"
     f = spec.formula
-    if spec.is_reward or not isinstance(f, sl.ProbabilityOperatorFormula):
-        return "it checks reachability probabilities (P=?) only, not rewards"
     sub = f.subformula
-    if isinstance(sub, sl.EventuallyFormula):
+    if spec.is_reward:
+        if isinstance(sub, sl.EventuallyFormula):
+            sides = [sub.subformula]
+        elif isinstance(sub, (sl.CumulativeRewardFormula, sl.InstantaneousRewardFormula)):
+            bound = _REWARD_BOUND.match(str(sub).replace(" ", ""))
+            if bound is None or (bound.group(1) == "C") != (bound.group(2) == "<="):
+                return "it checks rewards of the forms F phi, C<=k and I=k only"
+            return None
+        else:
+            return "it checks rewards of the forms F phi, C<=k and I=k only"
+    elif not isinstance(f, sl.ProbabilityOperatorFormula):
+        return "it checks P=? and R=? properties only"
+    elif isinstance(sub, sl.EventuallyFormula):
         sides = [sub.subformula]
     elif isinstance(sub, sl.UntilFormula):
         sides = [sub.left_subformula, sub.right_subformula]
@@ -109,8 +126,8 @@ def _states(f: Any, m: InducedModel) -> np.ndarray:
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _sweep(row_offsets, first_row, chunk_base, t_list, p_list, x, active, fixed, out):  # pragma: no cover
-    # out[r] = sum_j P[r, j] x[j] (summed in row order) for the active rows, fixed[r] for the others. Chunk c
+def _sweep(row_offsets, first_row, chunk_base, t_list, p_list, x, add, active, fixed, out):  # pragma: no cover
+    # out[r] = add[r] + sum_j P[r, j] x[j] (summed in row order) for the active rows, fixed[r] for the others. Chunk c
     # holds rows first_row[c]:first_row[c + 1], row r's branches at t_list[c][row_offsets[r] - chunk_base[c]:].
     for c in range(len(t_list)):
         t = t_list[c]
@@ -121,14 +138,14 @@ def _sweep(row_offsets, first_row, chunk_base, t_list, p_list, x, active, fixed,
                 acc = 0.0
                 for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
                     acc += p[j] * x[t[j]]
-                out[r] = acc
+                out[r] = add[r] + acc
             else:
                 out[r] = fixed[r]
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _sweep2(row_offsets, first_row, chunk_base, t_list, p_list, lo, hi, active, lo_out, hi_out):  # pragma: no cover
-    # _sweep for the lower and the upper bound in one pass over the matrix (fixed rows keep their value).
+def _sweep2(row_offsets, first_row, chunk_base, t_list, p_list, lo, add, hi, active, lo_out, hi_out):  # pragma: no cover
+    # _sweep for two vectors in one pass over the matrix (``add`` to the first only; fixed rows keep their value).
     for c in range(len(t_list)):
         t = t_list[c]
         p = p_list[c]
@@ -140,7 +157,7 @@ def _sweep2(row_offsets, first_row, chunk_base, t_list, p_list, lo, hi, active, 
                 for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
                     a_lo += p[j] * lo[t[j]]
                     a_hi += p[j] * hi[t[j]]
-                lo_out[r] = a_lo
+                lo_out[r] = add[r] + a_lo
                 hi_out[r] = a_hi
             else:
                 lo_out[r] = lo[r]
@@ -206,12 +223,13 @@ class _Matrix:
             raise AssertionError("a chunk does not start at a row boundary")
         self.n = m.n_rows
 
-    def sweep(self, x: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
-        _sweep(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, x, active, fixed, out)
+    def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
+        _sweep(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, x, add, active, fixed,
+               out)
 
-    def sweep2(self, lo: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
+    def sweep2(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
                hi_out: np.ndarray) -> None:
-        _sweep2(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, lo, hi, active,
+        _sweep2(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, lo, add, hi, active,
                 lo_out, hi_out)
 
     def transpose(self) -> tuple[np.ndarray, np.ndarray]:
@@ -228,54 +246,93 @@ class _Matrix:
         return in_off, sources
 
 
-def _bounded(a: _Matrix, phi1: np.ndarray, phi2: np.ndarray, k: int) -> np.ndarray:
-    active = phi1 & ~phi2
-    fixed = phi2.astype(np.float64)
-    x = fixed.copy()
+def _steps(a: _Matrix, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, k: int) -> np.ndarray:
+    """``k`` Jacobi steps ``x <- add + P x`` on the active rows (the others held at ``fixed``)."""
     y = np.empty_like(x)
     for _ in range(k):
-        a.sweep(x, active, fixed, y)
+        a.sweep(x, add, active, fixed, y)
         x, y = y, x
     return x
 
 
-def _unbounded(a: _Matrix, phi1: np.ndarray, phi2: np.ndarray, precision: float,
-               max_iterations: int) -> tuple[np.ndarray, int]:
+def _graph(a: _Matrix, phi1: np.ndarray, phi2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(probability > 0, probability 1) of ``phi1 U phi2``: Storm's prob0/prob1 by backward search."""
     in_off, sources = a.transpose()
     greater0 = _reach_back(in_off, sources, phi2, phi1 & ~phi2)
     # prob1 = states that cannot reach a prob0 state while staying in greater0 & !phi2 (Storm's performProb1)
     prob1 = ~_reach_back(in_off, sources, ~greater0, greater0 & ~phi2)
-    del in_off, sources
-    active = greater0 & ~prob1
-    maybe = np.flatnonzero(active)
-    # Sound value iteration (Quatmann & Katoen, CAV 2018; Storm's SOUND_VALUE_ITERATION for DTMCs): after k steps
-    # x(s) is the probability of reaching prob1 within k steps through maybe states and y(s) that of still being
-    # in the maybe states. The value is x + y * (the value where the paths still in maybe stand), and once every
-    # y < 1 that lies in [L, U] with L, U the least and greatest x / (1 - y) over the maybe states.
-    x = prob1.astype(np.float64)
+    return greater0, prob1
+
+
+def _sound(a: _Matrix, x: np.ndarray, add: np.ndarray, active: np.ndarray, precision: float,
+           max_iterations: int) -> np.ndarray:
+    """The fixpoint of ``x = add + P x`` on the active rows (others fixed at ``x``), by sound value iteration.
+
+    Quatmann and Katoen (CAV 2018), Storm's SOUND_VALUE_ITERATION for DTMCs: after k steps ``x(s)`` is what was
+    collected within k steps (probability of reaching the fixed states with value 1, or reward) and ``y(s)`` the
+    probability of still being among the active states. The value is ``x + y * (the value where those paths
+    stand)``, and once every ``y < 1`` it lies in ``x + y * [L, U]`` with L, U the least and greatest
+    ``x / (1 - y)`` over the active states. Needs every active state to leave the active states with probability 1.
+    """
+    live = np.flatnonzero(active)
     y = np.zeros_like(x)
-    y[maybe] = 1.0
+    y[live] = 1.0
     x2, y2 = np.empty_like(x), np.empty_like(y)
     gap = np.inf
-    for it in range(1, max_iterations + 1):
-        if maybe.size == 0:
-            return x, it
-        a.sweep2(x, y, active, x2, y2)
+    for _ in range(max_iterations):
+        if live.size == 0:
+            return x
+        a.sweep2(x, add, y, active, x2, y2)
         x, x2, y, y2 = x2, x, y2, y
-        ym = y[maybe]
+        ym = y[live]
         if ym.max() >= 1.0:
             continue
-        ratio = x[maybe] / (1.0 - ym)
+        ratio = x[live] / (1.0 - ym)
         lo, hi = float(ratio.min()), float(ratio.max())
         gap = float(ym.max()) * (hi - lo)
         if gap <= 2 * precision:
             out = x.copy()
-            out[maybe] += ym * (lo + hi) / 2
-            return out, it
+            out[live] += ym * (lo + hi) / 2
+            return out
     raise PropertyError(
         f"the native checker's value iteration did not reach precision {precision:g} in {max_iterations} "
         f"iterations (bound gap {gap:.3g})"
     )
+
+
+def _probability(a: _Matrix, m: InducedModel, spec: PropertySpec, precision: float,
+                 max_iterations: int) -> np.ndarray:
+    left, right, k = _path(spec)
+    phi1, phi2 = _states(left, m), _states(right, m)
+    zero = np.zeros(m.n_states)
+    if k is not None:
+        fixed = phi2.astype(np.float64)
+        return _steps(a, fixed.copy(), zero, phi1 & ~phi2, fixed, max(k, 0))
+    greater0, prob1 = _graph(a, phi1, phi2)
+    return _sound(a, prob1.astype(np.float64), zero, greater0 & ~prob1, precision, max_iterations)
+
+
+def _reward(a: _Matrix, m: InducedModel, spec: PropertySpec, precision: float, max_iterations: int) -> np.ndarray:
+    n = m.n_states
+    (state, action), = m.rewards.values()  # the reducer keeps the property's structure only
+    state = np.zeros(n) if state is None else state
+    total = state + (0.0 if action is None else action)  # a DTMC's row r is state r's only choice
+    sub = spec.formula.subformula
+    every = np.ones(n, dtype=bool)
+    if not isinstance(sub, sl.EventuallyFormula):
+        kind, _, k = _REWARD_BOUND.match(str(sub).replace(" ", "")).groups()  # type: ignore[union-attr]
+        if kind == "C":  # reward collected in the first k steps
+            return _steps(a, np.zeros(n), total, every, total, int(k))
+        if m.rewards and next(iter(m.rewards.values()))[0] is None:
+            raise PropertyError(f"'{spec.text}': the reward structure has no state rewards (as Storm refuses it: "
+                                "the instantaneous reward would be 0 everywhere)")
+        return _steps(a, state.copy(), np.zeros(n), every, state, int(k))  # I=k: the state reward at step k
+    target = _states(sub.subformula, m)
+    _, prob1 = _graph(a, every, target)
+    active = prob1 & ~target  # Storm: infinite where the target is reached with probability < 1, 0 on it
+    out = _sound(a, np.zeros(n), np.where(active, total, 0.0), active, precision, max_iterations)
+    out[~prob1] = np.inf
+    return out
 
 
 def check_native(m: InducedModel, spec: PropertySpec, *, precision: float = DTMC_PRECISION,
@@ -288,12 +345,7 @@ def check_native(m: InducedModel, spec: PropertySpec, *, precision: float = DTMC
     why = unsupported(spec, m.kind)
     if why is not None:
         raise PropertyError(f"the native checker cannot check '{spec.text}': {why}")
-    left, right, k = _path(spec)
-    phi1, phi2 = _states(left, m), _states(right, m)
     a = _Matrix(m)
-    if k is not None:
-        values = _bounded(a, phi1, phi2, max(k, 0))
-    else:
-        values, _ = _unbounded(a, phi1, phi2, precision, max_iterations)
+    values = (_reward if spec.is_reward else _probability)(a, m, spec, precision, max_iterations)
     vals = values[m.initial]
     return float(vals[0]) if vals.shape[0] == 1 else {"min": float(vals.min()), "max": float(vals.max())}
