@@ -56,10 +56,10 @@ if HAVE_NUMBA:
             out_off[r + 1] = w
         return out_off, w
 
-    @_jit
+    @_nb.njit(cache=True, nogil=True, parallel=True)
     def _place_rows_jit(src_off, rows, dst_off, src_t, src_p, targets, prob):
         # row i of a piece (branches src_off[i]:src_off[i+1]) becomes global row rows[i] (branches from dst_off[..])
-        for i in range(rows.shape[0]):
+        for i in _nb.prange(rows.shape[0]):
             a, d = src_off[i], dst_off[rows[i]]
             for j in range(src_off[i + 1] - a):
                 targets[d + j] = src_t[a + j]
