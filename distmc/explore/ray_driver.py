@@ -44,7 +44,7 @@ from distmc.explore.visited import VisitedSet
 from distmc.model.packing import StateCodec
 from distmc.pipeline import Job
 
-__all__ = ["explore_ray", "gpu_share", "owner_of"]
+__all__ = ["explore_ray", "gpu_share", "owner_of", "release_workers"]
 
 log = logging.getLogger("distmc.ray")
 
@@ -98,6 +98,12 @@ class PartitionActor:
             numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
         except ImportError:  # pragma: no cover
             pass
+        self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start)
+        VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
+
+    def setup(self, job: Job, rank: int, workers: int, batch_states: int, checkpoint_dir: str | None = None,
+              limits: Limits | None = None, start: float | None = None) -> None:
+        """Build the parts of ``job`` and start empty (also a kept actor, for its next run)."""
         self.parts = job.build()
         assert self.parts.expander is not None
         self.expander = self.parts.expander
@@ -130,6 +136,10 @@ class PartitionActor:
         self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
                                       "checkpoint_bytes": 0}
+
+    def release(self) -> None:
+        """Drop the run's parts, states and rows: the actor is kept idle for a next run (:meth:`setup`)."""
+        self.__dict__.clear()
 
     def ready(self) -> dict[str, Any]:
         """The Ray node and process this actor runs on."""
@@ -470,6 +480,28 @@ def gpu_share(gpus: float, workers: int, requested: float | None = None) -> floa
     return min(1.0, gpus / workers)
 
 
+#: The actors of the last finished run, kept idle for the next run of the same shape (same Ray job, worker count,
+#: resources and threads): a new actor costs its process, its imports and numba's start, a kept one only its parts.
+_kept: dict[str, tuple[tuple[Any, ...], list[Any]]] = {}
+
+
+def release_workers() -> None:
+    """End the actors kept from the last run (they also end with this process, or with ``ray.shutdown()``)."""
+    kept = _kept.pop("run", None)
+    if kept is not None:
+        _kill(kept[1])
+
+
+def _kill(actors: list[Any]) -> None:
+    import ray
+
+    for a in actors:
+        try:
+            ray.kill(a)
+        except Exception:  # noqa: BLE001 - already gone, or its Ray session has ended
+            pass
+
+
 class _WorkerLost(Exception):
     """A worker's process or node is gone (Ray lost the actor or an object it held)."""
 
@@ -487,6 +519,7 @@ def explore_ray(
     progress: Callable[[dict[str, float]], None] | None = None,
     max_restarts: int = 3,
     gpus_per_worker: float | None = None,
+    keep_workers: bool = True,
 ) -> Explored:
     """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
@@ -504,6 +537,9 @@ def explore_ray(
         progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
         max_restarts: how many worker losses a checkpointed run survives.
         gpus_per_worker: the GPU share each actor asks Ray for (:func:`gpu_share`; None: automatic).
+        keep_workers: after a successful run, keep the actors (emptied) for the next run of the same shape in
+            this process, which then skips their start-up (:func:`release_workers` ends them); a failed run's
+            actors always end.
     """
     # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
@@ -516,9 +552,15 @@ def explore_ray(
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker)
     try:
-        return run.run(initial_keys, max_restarts)
-    finally:
+        out = run.run(initial_keys, max_restarts)
+    except BaseException:
         run.kill()
+        raise
+    if keep_workers:
+        run.keep()
+    else:
+        run.kill()
+    return out
 
 
 class _RayRun:
@@ -534,6 +576,7 @@ class _RayRun:
         self.check = LimitCheck(limits, self.start)
         self.actors: list[Any] = []
         self.info: list[dict[str, Any]] = []
+        self.key: tuple[Any, ...] = ()  # what a kept actor must match to be reused
         self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.policy_calls = 0
         self.restarts = 0
         self.frontier = 0
@@ -553,8 +596,11 @@ class _RayRun:
         share = gpu_share(gpus, w, self.gpus_per_worker)
         if share:
             opts["num_gpus"] = share
-        actor_cls = ray.remote(**opts)(PartitionActor)
         ckdir = None if self.ckpt is None else str(self.ckpt.directory)
+        self.key = (ray.get_runtime_context().get_job_id(), w, threads, repr(sorted(opts.items())))
+        if self.reuse(ckdir):
+            return
+        actor_cls = ray.remote(**opts)(PartitionActor)
         self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start)
                        for r in range(w)]
         try:
@@ -568,12 +614,34 @@ class _RayRun:
                 raise cause from None
             raise WorkerError(f"a worker could not start: {type(cause).__name__}: {cause}") from exc
 
-    def kill(self) -> None:
-        for a in self.actors:
+    def reuse(self, ckdir: str | None) -> bool:
+        """Take the kept actors if they have this run's shape and answer (else end them); True if taken."""
+        kept = _kept.pop("run", None)
+        if kept is None:
+            return False
+        key, actors = kept
+        if key == self.key:
+            ray = self.ray
             try:
-                self.ray.kill(a)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+                ray.get([a.setup.remote(self.job, r, self.workers, self.batch_states, ckdir, self.limits, self.start)
+                         for r, a in enumerate(actors)], timeout=START_TIMEOUT_S)
+                self.info = ray.get([a.ready.remote() for a in actors], timeout=START_TIMEOUT_S)
+                self.actors = actors
+                return True
+            except Exception:  # noqa: BLE001 - lost, or its parts fail to build: new actors say why
+                log.info("kept workers not reusable; starting new ones")
+        _kill(actors)
+        return False
+
+    def keep(self) -> None:
+        """Empty the actors and keep them for the next run (:func:`release_workers`)."""
+        for a in self.actors:
+            a.release.remote()
+        _kept["run"] = (self.key, self.actors)
+        self.actors = []
+
+    def kill(self) -> None:
+        _kill(self.actors)
         self.actors = []
 
     def get(self, refs: Any) -> Any:
