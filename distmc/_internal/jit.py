@@ -56,14 +56,15 @@ if HAVE_NUMBA:
             out_off[r + 1] = w
         return out_off, w
 
-    @_nb.njit(cache=True, nogil=True, parallel=True)
+    @_jit
     def _place_rows_jit(src_off, rows, dst_off, src_t, src_p, targets, prob):
-        # row i of a piece (branches src_off[i]:src_off[i+1]) becomes global row rows[i] (branches from dst_off[..])
-        for i in _nb.prange(rows.shape[0]):
+        # row i of a piece (branches src_off[i]:src_off[i+1]) becomes global row rows[i] (branches from dst_off[..]);
+        # one thread: measured 7x faster than a prange over the rows (avoid 8x8, 2 cores)
+        for i in range(rows.shape[0]):
             a, d = src_off[i], dst_off[rows[i]]
-            for j in range(src_off[i + 1] - a):
-                targets[d + j] = src_t[a + j]
-                prob[d + j] = src_p[a + j]
+            m = src_off[i + 1] - a
+            targets[d : d + m] = src_t[a : a + m]
+            prob[d : d + m] = src_p[a : a + m]
 
     @_jit
     def _mix(k):
