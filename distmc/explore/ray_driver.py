@@ -19,7 +19,13 @@ Termination and numbering: level-synchronous breadth-first search with a barrier
 
 The fixpoint is the first level that finds no new state anywhere (the driver sums the counts of step 2). States
 and transitions never cross as Python objects: keys travel as Arrow arrays, ids and rows as numpy arrays through
-Ray's object store. The reducer then places every partition's rows in global order (:func:`gather`).
+Ray's object store. A lone actor (W = 1) owns every successor: it runs a level in one call
+(:meth:`PartitionActor.level_solo`), its visited set numbering the new states as steps 1-4 would. The reducer then
+takes the partitions' rows in global order (:func:`gather`: as they are when they are in that order already, else
+placed row by row).
+
+A finished run's actors are kept, emptied, for the next run of the same shape in this process (:func:`explore_ray`'s
+``keep_workers``, :func:`release_workers`).
 """
 
 from __future__ import annotations
