@@ -93,6 +93,20 @@ def _at_least(ids: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
+def _job_stamp(job: Any) -> tuple[Any, ...] | None:
+    """What makes a job's parts reusable: the job and its files' sizes and modification times (None: never reuse)."""
+    if not isinstance(job, Job):
+        return None
+    stamp: list[Any] = [job]
+    for path in (job.model_path, job.policy, job.interface):
+        try:
+            st = os.stat(path) if path else None
+        except OSError:  # not a file (``uniform``, ``module:function``)
+            st = None
+        stamp.append(None if st is None else (st.st_mtime_ns, st.st_size))
+    return tuple(stamp)
+
+
 class PartitionActor:
     """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows."""
 
@@ -109,8 +123,14 @@ class PartitionActor:
 
     def setup(self, job: Job, rank: int, workers: int, batch_states: int, checkpoint_dir: str | None = None,
               limits: Limits | None = None, start: float | None = None) -> None:
-        """Build the parts of ``job`` and start empty (also a kept actor, for its next run)."""
-        self.parts = job.build()
+        """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
+
+        A kept actor given the same job again, with its files unchanged, reuses the parts it built for it.
+        """
+        stamp = _job_stamp(job)
+        built = self.__dict__.get("built")
+        self.parts = built[1] if stamp is not None and built is not None and built[0] == stamp else job.build()
+        self.built: tuple[Any, Any] | None = (stamp, self.parts)
         assert self.parts.expander is not None
         self.expander = self.parts.expander
         self.codec = self.parts.codec
@@ -128,7 +148,8 @@ class PartitionActor:
         self.asked: list[np.ndarray] = []  # per source: local ids of the keys it asked about, in its order
         self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)  # this level's new states: local ids, keys
         self.new_keys: np.ndarray = np.zeros(0, dtype=self.codec.dtype)
-        self.policy_states = self.policy_reported = self.calls_reported = 0
+        self.policy_states = self.policy_reported = 0
+        self.calls_reported, self.policy_s0 = policy_counters(self.expander)  # a reused policy's counts so far
         self.checkpoint_dir = checkpoint_dir
         # Time and memory are checked here, after every batch (states are counted by the driver).
         self.check = None
@@ -145,7 +166,9 @@ class PartitionActor:
 
     def release(self) -> None:
         """Drop the run's parts, states and rows: the actor is kept idle for a next run (:meth:`setup`)."""
+        built = self.__dict__.get("built")
         self.__dict__.clear()
+        self.built = built  # the parts of the last job, for a next run of the same job
 
     def ready(self) -> dict[str, Any]:
         """The Ray node and process this actor runs on."""
@@ -371,7 +394,7 @@ class PartitionActor:
             + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards)
             + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
             rss=rss_bytes(),
-            policy_s=policy_counters(self.expander)[1],
+            policy_s=policy_counters(self.expander)[1] - self.policy_s0,
             peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
         )
         if not rows:
