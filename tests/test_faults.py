@@ -112,10 +112,12 @@ def killer(at_depths: tuple[int, ...], rank: int = 1) -> tuple[Callable[[dict], 
     return progress, killed
 
 
-def test_killed_workers_are_replaced_from_checkpoints(local_ray: None, reference: tuple, tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [2, 1])
+def test_killed_workers_are_replaced_from_checkpoints(local_ray: None, reference: tuple, tmp_path: Path,
+                                                      workers: int) -> None:
     r0, m0 = reference
-    progress, killed = killer((3, 7))
-    got = verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=2, checkpoint_dir=tmp_path / "ck",
+    progress, killed = killer((3, 7), rank=workers - 1)
+    got = verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=workers, checkpoint_dir=tmp_path / "ck",
                  progress=progress, keep_model=True)
     assert isinstance(got, tuple)
     r, m = got
@@ -131,14 +133,16 @@ def test_killed_worker_without_checkpoint_says_what_was_lost(local_ray: None) ->
     assert killed == [2]
 
 
-def test_stopped_run_resumes_with_other_worker_count(local_ray: None, reference: tuple, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("first", "then"), [(2, 3), (2, 1), (1, 2), (1, 1)])
+def test_stopped_run_resumes_with_other_worker_count(local_ray: None, reference: tuple, tmp_path: Path, first: int,
+                                                     then: int) -> None:
     r0, m0 = reference
     ck = tmp_path / "ck"
     with pytest.raises(ResourceLimitError):
-        verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=2, checkpoint_dir=ck, max_states=500)
+        verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=first, checkpoint_dir=ck, max_states=500)
     meta = json.loads((ck / "meta.json").read_text())
     assert 0 < meta["level"] and meta["states"] > 500
-    got = verify(None, None, resume=ck, workers=3, keep_model=True)
+    got = verify(None, None, resume=ck, workers=then, keep_model=True)
     assert isinstance(got, tuple)
     r, m = got
     assert (r.states, r.transitions, r.result, r.policy_states) == (r0.states, r0.transitions, r0.result,

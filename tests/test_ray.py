@@ -61,3 +61,62 @@ def test_cli_workers_json(tmp_path: Path) -> None:
     rep = json.loads(out.read_text())
     assert rep["workers"] == 2 and rep["driver"] == "ray" and len(rep["worker_stats"]) == 2
     assert {"states", "batches", "bytes_sent", "expand_s", "lookup_s", "store_s"} <= set(rep["worker_stats"][0])
+
+
+def test_kept_workers_rebuild_a_changed_job(tmp_path: Path) -> None:
+    """The same job twice on kept actors reuses their parts (same counts); an edited model file is parsed again."""
+    import os
+    import shutil
+
+    examples = EXAMPLE.parent
+    policy = dict(policy=str(examples / "gridworld_policy.pt"), interface=examples / "gridworld_policy.json")
+    model = tmp_path / "grid.prism"
+    shutil.copy(EXAMPLE, model)
+    prop = 'P=? [F "crash"]'
+    pids, calls = None, 0
+    for edit in (False, False, True):
+        if edit:
+            model.write_text(model.read_text().replace("slip = 0.1", "slip = 0.2"))
+            os.utime(model, ns=(1, 1))  # same size, other time stamp: the kept actors must parse it again
+        ref = verify(model, prop, constants="N=5", **policy, keep_model=True)
+        got = verify(model, prop, constants="N=5", **policy, workers=2, driver="ray", keep_model=True)
+        assert isinstance(ref, tuple) and isinstance(got, tuple)
+        (r0, m0), (r, m) = ref, got
+        assert (r.states, r.transitions, r.result, r.policy_states) == (
+            r0.states, r0.transitions, r0.result, r0.policy_states)
+        for f in FIELDS:
+            assert np.array_equal(getattr(m, f), getattr(m0, f)), f
+        if pids is not None:  # kept actors, and their counts are this run's only
+            assert [w["pid"] for w in r.worker_stats] == pids and r.policy_calls == calls
+        pids, calls = [w["pid"] for w in r.worker_stats], r.policy_calls
+
+
+def test_kept_workers_run_the_next_jobs() -> None:
+    """A finished run's actors are kept, emptied, and explore the next run's job (any model) to the identical model;
+    a failed run's actors end, and so do they with ``release_workers``."""
+    from distmc.errors import ResourceLimitError
+    from distmc.explore.ray_driver import release_workers
+
+    release_workers()
+    pids: list[int] | None = None
+    for path, constants, prop in CASES:
+        if not path.is_file():
+            continue
+        ref = verify(path, prop, constants=constants, keep_model=True)
+        got = verify(path, prop, constants=constants, workers=2, driver="ray", keep_model=True)
+        assert isinstance(ref, tuple) and isinstance(got, tuple)
+        (r0, m0), (r, m) = ref, got
+        assert (r.states, r.transitions, r.result) == (r0.states, r0.transitions, r0.result)
+        for f in FIELDS:
+            assert np.array_equal(getattr(m, f), getattr(m0, f)), (path, f)
+        now = [w["pid"] for w in r.worker_stats]
+        assert pids is None or now == pids  # the same processes: kept, not started again
+        pids = now
+    with pytest.raises(ResourceLimitError):
+        verify(EXAMPLE, 'P=? [F "crash"]', constants="N=7", workers=2, driver="ray", max_states=50)
+    r = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, driver="ray")
+    assert pids is not None and not set(pids) & {w["pid"] for w in r.worker_stats}
+    pids = [w["pid"] for w in r.worker_stats]
+    release_workers()
+    r = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, driver="ray")
+    assert not set(pids) & {w["pid"] for w in r.worker_stats}

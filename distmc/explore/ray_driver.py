@@ -19,7 +19,13 @@ Termination and numbering: level-synchronous breadth-first search with a barrier
 
 The fixpoint is the first level that finds no new state anywhere (the driver sums the counts of step 2). States
 and transitions never cross as Python objects: keys travel as Arrow arrays, ids and rows as numpy arrays through
-Ray's object store. The reducer then places every partition's rows in global order (:func:`gather`).
+Ray's object store. A lone actor (W = 1) owns every successor: it runs a level in one call
+(:meth:`PartitionActor.level_solo`), its visited set numbering the new states as steps 1-4 would. The reducer then
+takes the partitions' rows in global order (:func:`gather`: as they are when they are in that order already, else
+placed row by row).
+
+A finished run's actors are kept, emptied, for the next run of the same shape in this process (:func:`explore_ray`'s
+``keep_workers``, :func:`release_workers`).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.jit import HAVE_NUMBA, place_rows
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow
 from distmc.explore.checkpoint import Checkpoint, write_level
@@ -43,7 +50,7 @@ from distmc.explore.visited import VisitedSet
 from distmc.model.packing import StateCodec
 from distmc.pipeline import Job
 
-__all__ = ["explore_ray", "gpu_share", "owner_of"]
+__all__ = ["explore_ray", "gpu_share", "owner_of", "release_workers"]
 
 log = logging.getLogger("distmc.ray")
 
@@ -86,6 +93,20 @@ def _at_least(ids: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
+def _job_stamp(job: Any) -> tuple[Any, ...] | None:
+    """What makes a job's parts reusable: the job and its files' sizes and modification times (None: never reuse)."""
+    if not isinstance(job, Job):
+        return None
+    stamp: list[Any] = [job]
+    for path in (job.model_path, job.policy, job.interface):
+        try:
+            st = os.stat(path) if path else None
+        except OSError:  # not a file (``uniform``, ``module:function``)
+            st = None
+        stamp.append(None if st is None else (st.st_mtime_ns, st.st_size))
+    return tuple(stamp)
+
+
 class PartitionActor:
     """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows."""
 
@@ -97,13 +118,26 @@ class PartitionActor:
             numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
         except ImportError:  # pragma: no cover
             pass
-        self.parts = job.build()
+        self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start)
+        VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
+
+    def setup(self, job: Job, rank: int, workers: int, batch_states: int, checkpoint_dir: str | None = None,
+              limits: Limits | None = None, start: float | None = None) -> None:
+        """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
+
+        A kept actor given the same job again, with its files unchanged, reuses the parts it built for it.
+        """
+        stamp = _job_stamp(job)
+        built = self.__dict__.get("built")
+        self.parts = built[1] if stamp is not None and built is not None and built[0] == stamp else job.build()
+        self.built: tuple[Any, Any] | None = (stamp, self.parts)
         assert self.parts.expander is not None
         self.expander = self.parts.expander
         self.codec = self.parts.codec
         self.rank, self.workers, self.batch_states = rank, workers, batch_states
         self.visited = VisitedSet(self.codec.dtype)
         self.gids = np.zeros(0, dtype=np.int64)  # [N_local] global id of each local state
+        self.identity = True  # local id == global id for every state so far (a lone actor, not restored out of order)
         self.frontier = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=self.codec.dtype))  # (gids, keys)
         self.rows: list[tuple[np.ndarray, ...]] = []  # (row gid, row action, branch counts, target gids, prob)
         self.rewards: list[dict[str, np.ndarray]] = []
@@ -114,7 +148,8 @@ class PartitionActor:
         self.asked: list[np.ndarray] = []  # per source: local ids of the keys it asked about, in its order
         self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)  # this level's new states: local ids, keys
         self.new_keys: np.ndarray = np.zeros(0, dtype=self.codec.dtype)
-        self.policy_states = self.policy_reported = self.calls_reported = 0
+        self.policy_states = self.policy_reported = 0
+        self.calls_reported, self.policy_s0 = policy_counters(self.expander)  # a reused policy's counts so far
         self.checkpoint_dir = checkpoint_dir
         # Time and memory are checked here, after every batch (states are counted by the driver).
         self.check = None
@@ -128,6 +163,12 @@ class PartitionActor:
         self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
                                       "checkpoint_bytes": 0}
+
+    def release(self) -> None:
+        """Drop the run's parts, states and rows: the actor is kept idle for a next run (:meth:`setup`)."""
+        built = self.__dict__.get("built")
+        self.__dict__.clear()
+        self.built = built  # the parts of the last job, for a next run of the same job
 
     def ready(self) -> dict[str, Any]:
         """The Ray node and process this actor runs on."""
@@ -144,6 +185,7 @@ class PartitionActor:
         """Take in owned states ``keys`` with their global ids; those with ``frontier`` are yet to be expanded."""
         ids, _ = self.visited.insert(keys)
         self._grow(ids, gids)
+        self.identity = bool(np.array_equal(self.gids[: self.visited.size], np.arange(self.visited.size)))
         f = np.flatnonzero(frontier)
         order = f[np.argsort(gids[f], kind="stable")]
         self.frontier = (gids[order], keys[order])
@@ -153,6 +195,69 @@ class PartitionActor:
         self.gids[local] = gids
 
     # -- one level ---------------------------------------------------------------------------------------------
+
+    def level_solo(self, level: int, n: int) -> dict[str, int]:
+        """One whole level when this actor is the only one (W = 1): expand, number, store, in one call.
+
+        It owns every successor, so no key leaves it: each batch's successor keys go straight into its visited
+        set, which numbers the new ones by first occurrence (sources in global-id order, then branches), the order
+        the driver would give them. ``n`` is the number of states before the level; the new states get global ids
+        ``n, n + 1, ...``. Returns what :meth:`store` returns, and ``new``, the number of new states.
+        """
+        t = time.perf_counter()
+        gids, keys = self.frontier
+        self.frontier = (gids[:0], keys[:0])
+        size0 = self.visited.size
+        shift = n - size0  # global id of a state new in this level = its local id + shift
+        direct = self.identity and shift == 0  # local ids are the global ids: no translation of the targets
+        new_keys: list[np.ndarray] = []
+        transitions = 0
+        t_lookup = t_store = 0.0
+        for start in range(0, gids.shape[0], self.batch_states):
+            bg, bk = gids[start : start + self.batch_states], keys[start : start + self.batch_states]
+            rows = self._expand_batch(bk)
+            t1 = time.perf_counter()
+            before = self.visited.size
+            ids, new = self.visited.insert(rows.target_keys)
+            new_keys.append(new)
+            if direct:
+                target = ids
+            else:
+                self.gids = _at_least(self.gids, self.visited.size)
+                self.gids[before : self.visited.size] = np.arange(before, self.visited.size, dtype=np.int64) + shift
+                target = self.gids[ids]
+            t2 = time.perf_counter()
+            transitions += int(target.shape[0])
+            self._keep(bg, rows, target)
+            t_lookup, t_store = t_lookup + t2 - t1, t_store + time.perf_counter() - t2
+        if direct:
+            self.gids = _at_least(self.gids, self.visited.size)
+            self.gids[size0 : self.visited.size] = np.arange(size0, self.visited.size, dtype=np.int64)
+        else:
+            self.identity = False
+        self.new_keys = np.concatenate(new_keys) if new_keys else keys[:0]
+        self.frontier = (n + np.arange(self.new_keys.shape[0], dtype=np.int64), self.new_keys)
+        self.stats["lookup_s"] += t_lookup
+        self.stats["store_s"] += t_store
+        self.stats["expand_s"] += time.perf_counter() - t - t_lookup - t_store
+        return dict(self._level_done(level, transitions), new=int(self.new_keys.shape[0]))
+
+    def _expand_batch(self, keys: np.ndarray) -> Any:
+        """Rows of one batch of frontier states, with the per-batch limit check."""
+        rows = self.expander.expand(keys)
+        self.policy_states += rows.policy_states
+        self.stats["batches"] += 1
+        if self.check is not None:
+            why = self.check.exceeded()
+            if why is not None:
+                raise ResourceLimitError(why)
+        return rows
+
+    def _keep(self, gids: np.ndarray, rows: Any, target: np.ndarray) -> None:
+        """Keep a batch's rows (sources ``gids``) with their global target ids."""
+        self.rows.append((gids[rows.row_state], rows.row_action, np.diff(rows.branch_offsets), target, rows.prob))
+        self.rewards.append(rows.rewards)
+        self.flags.append((gids, rows.terminal | rows.deadlock, rows.deadlock))
 
     def expand(self) -> Any:
         """Expand the frontier; one record batch of (distinct key, first occurrence) per owner."""
@@ -165,13 +270,7 @@ class PartitionActor:
         self.pending = []
         for start in range(0, gids.shape[0], self.batch_states):
             bg, bk = gids[start : start + self.batch_states], keys[start : start + self.batch_states]
-            rows = self.expander.expand(bk)
-            self.policy_states += rows.policy_states
-            self.stats["batches"] += 1
-            if self.check is not None:
-                why = self.check.exceeded()
-                if why is not None:
-                    raise ResourceLimitError(why)
+            rows = self._expand_batch(bk)
             size0 = seen.size
             uid, _ = seen.insert(rows.target_keys)
             # first occurrences: a new id is first seen where it exceeds every id before it
@@ -259,22 +358,23 @@ class PartitionActor:
                 self.cache_gids = _at_least(self.cache_gids, self.cache.size)
                 self.cache_gids[cid] = answers[o]
         self.ukeys = self.ukeys[:0]
-        n_rows0, transitions = len(self.rows), 0
+        transitions = 0
         for rows, bg, uid in self.pending:
             target = gid_of[uid]
             transitions += int(target.shape[0])
-            self.rows.append((bg[rows.row_state], rows.row_action, np.diff(rows.branch_offsets), target, rows.prob))
-            self.rewards.append(rows.rewards)
-            self.flags.append((bg, rows.terminal | rows.deadlock, rows.deadlock))
+            self._keep(bg, rows, target)
         self.pending = []
-        t1 = time.perf_counter()
-        self.stats["store_s"] += t1 - t
+        self.stats["store_s"] += time.perf_counter() - t
+        return self._level_done(level, transitions)
+
+    def _level_done(self, level: int, transitions: int) -> dict[str, int]:
+        """After a level's rows are kept: the checkpoint's files, and the level's counts for the driver."""
         if self.checkpoint_dir is not None:
-            assert n_rows0 == 0, "with checkpoints every level's rows go to disk"
+            t1 = time.perf_counter()
             self.stats["checkpoint_bytes"] += write_level(
                 self.checkpoint_dir, level, self.rank, self.codec.dtype, (self.new_keys, self.frontier[0]),
                 self.rows, self.rewards, self.flags, self.parts.reward_names)
-            self.rows, self.rewards, self.flags = [], [], []
+            self.rows, self.rewards, self.flags = [], [], []  # with checkpoints every level's rows go to disk
             self.stats["checkpoint_s"] += time.perf_counter() - t1
         delta, self.policy_reported = self.policy_states - self.policy_reported, self.policy_states
         calls = policy_counters(self.expander)[0]
@@ -294,7 +394,7 @@ class PartitionActor:
             + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards)
             + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
             rss=rss_bytes(),
-            policy_s=policy_counters(self.expander)[1],
+            policy_s=policy_counters(self.expander)[1] - self.policy_s0,
             peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
         )
         if not rows:
@@ -306,8 +406,11 @@ class PartitionActor:
             "row_state": cat([r[0] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
             "row_action": cat([r[1] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
             "counts": cat([r[2] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            "targets": cat([r[3] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            "prob": cat([r[4] for r in self.rows]) if self.rows else np.zeros(0),
+            # the branches stay in the batches' chunks: no copy here, and none in the driver when it can hand
+            # them on as they are (see gather)
+            "targets": [r[3] for r in self.rows],
+            "prob": [r[4] for r in self.rows],
+            "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
             "rewards": {n: cat([r[n] for r in self.rewards]) for n in (self.rewards[0] if self.rewards else {})},
             "flag_gids": cat([f[0] for f in self.flags]) if self.flags else np.zeros(0, dtype=np.int64),
             "loop": cat([f[1] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
@@ -316,8 +419,21 @@ class PartitionActor:
         }
 
 
+def _chunks(r: dict[str, Any]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """A result's branches as (rows, targets, prob) chunks of whole rows (a result may hold one array or a list)."""
+    if isinstance(r["targets"], list):
+        return list(zip(r["chunk_rows"], r["targets"], r["prob"], strict=True))
+    return [(int(r["counts"].shape[0]), r["targets"], r["prob"])]
+
+
 def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
-    """The reducer's first step: the partitions' states and rows placed in global-id order (one chunk)."""
+    """The reducer's first step: the partitions' states and rows placed in global-id order.
+
+    Every result holds its rows in increasing global id, their branches in chunks of whole rows. When the results'
+    rows, taken in turn, are in global order already (one worker, or one worker's levels read from a checkpoint),
+    the chunks are handed on as they are, without a copy: read-only views of Ray's object store or of the files,
+    which the reducer merges into new arrays. Else every row is copied once to its global position (one chunk).
+    """
     n = int(sum(r["gids"].shape[0] for r in results))
     key_dtype = results[0]["keys"].dtype
     keys = np.empty(n, dtype=key_dtype)
@@ -328,36 +444,53 @@ def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
         loop[r["flag_gids"]] = r["loop"]
         deadlock[r["flag_gids"]] = r["deadlock"]
     row_state = np.concatenate([r["row_state"] for r in results])
-    order = np.argsort(row_state, kind="stable")  # every partition's rows are in increasing global id already
-    counts_in = np.concatenate([r["counts"] for r in results])
-    counts = counts_in[order]
-    offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    # Each partition's branches are scattered straight to their global positions: one copy of the transitions.
-    row_pos = np.empty(order.shape[0], dtype=np.int64)
-    row_pos[order] = np.arange(order.shape[0], dtype=np.int64)  # global row index of each (partition, row)
+    row_action = np.concatenate([r["row_action"] for r in results])
+    counts = np.concatenate([r["counts"] for r in results])
+    names = list(results[0]["rewards"])
+    rewards = {k: np.concatenate([r["rewards"][k] for r in results]) for k in names}
+    chunks = [c for r in results for c in _chunks(r) if c[0]]
+    if row_state.shape[0] > 1 and (np.diff(row_state) < 0).any():
+        order = np.argsort(row_state, kind="stable")  # every partition's rows are in increasing global id already
+        row_state, row_action, counts = row_state[order], row_action[order], counts[order]
+        rewards = {k: v[order] for k, v in rewards.items()}
+        row_pos = np.empty(order.shape[0], dtype=np.int64)
+        row_pos[order] = np.arange(order.shape[0], dtype=np.int64)  # global row of each (partition, row)
+        del order
+        offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        chunks = [(counts.shape[0], *_place(chunks, row_pos, counts, offsets))]
+    else:
+        offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+    return Explored(
+        keys=keys, loop=loop, deadlock=deadlock, row_state=row_state, row_action=row_action, branch_offsets=offsets,
+        target_chunks=[c[1] for c in chunks], prob_chunks=[c[2] for c in chunks],
+        chunk_rows=np.array([c[0] for c in chunks], dtype=np.int64), rewards=rewards,
+        initial=np.arange(n_initial, dtype=np.int64),
+    )
+
+
+def _place(chunks: list[tuple[int, np.ndarray, np.ndarray]], row_pos: np.ndarray, counts: np.ndarray,
+           offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The chunks' branches copied to their global positions.
+
+    Row ``i`` of the chunks, taken in turn, is global row ``row_pos[i]``, of ``counts`` branches per global row at
+    CSR ``offsets``.
+    """
     targets = np.empty(int(offsets[-1]), dtype=np.int64)
     prob = np.empty(int(offsets[-1]), dtype=np.float64)
     r0 = 0
-    for r in results:
-        c = r["counts"]
-        rows = row_pos[r0 : r0 + c.shape[0]]
-        local = np.zeros(c.shape[0] + 1, dtype=np.int64)
-        np.cumsum(c, out=local[1:])
-        dest = np.repeat(offsets[rows] - local[:-1], c) + np.arange(int(local[-1]), dtype=np.int64)
-        targets[dest] = r["targets"]
-        prob[dest] = r["prob"]
-        r0 += c.shape[0]
-    del counts_in
-    names = list(results[0]["rewards"])
-    rewards = {k: np.concatenate([r["rewards"][k] for r in results])[order] for k in names}
-    return Explored(
-        keys=keys, loop=loop, deadlock=deadlock, row_state=row_state[order],
-        row_action=np.concatenate([r["row_action"] for r in results])[order], branch_offsets=offsets,
-        target_chunks=[targets], prob_chunks=[prob], chunk_rows=np.array([counts.shape[0]], dtype=np.int64),
-        rewards=rewards, initial=np.arange(n_initial, dtype=np.int64),
-    )
-
+    for rows, t, p in chunks:
+        pos = row_pos[r0 : r0 + rows]
+        local = np.zeros(rows + 1, dtype=np.int64)
+        np.cumsum(counts[pos], out=local[1:])
+        if HAVE_NUMBA:
+            place_rows(local, pos, offsets, t, p, targets, prob)
+        else:  # pragma: no cover - exercised only without numba
+            dest = np.repeat(offsets[pos] - local[:-1], np.diff(local)) + np.arange(int(local[-1]), dtype=np.int64)
+            targets[dest], prob[dest] = t, p
+        r0 += rows
+    return targets, prob
 
 
 def gpu_share(gpus: float, workers: int, requested: float | None = None) -> float:
@@ -374,6 +507,28 @@ def gpu_share(gpus: float, workers: int, requested: float | None = None) -> floa
     if gpus <= 0:
         return 0.0
     return min(1.0, gpus / workers)
+
+
+#: The actors of the last finished run, kept idle for the next run of the same shape (same Ray job, worker count,
+#: resources and threads): a new actor costs its process, its imports and numba's start, a kept one only its parts.
+_kept: dict[str, tuple[tuple[Any, ...], list[Any]]] = {}
+
+
+def release_workers() -> None:
+    """End the actors kept from the last run (they also end with this process, or with ``ray.shutdown()``)."""
+    kept = _kept.pop("run", None)
+    if kept is not None:
+        _kill(kept[1])
+
+
+def _kill(actors: list[Any]) -> None:
+    import ray
+
+    for a in actors:
+        try:
+            ray.kill(a)
+        except Exception:  # noqa: BLE001 - already gone, or its Ray session has ended
+            pass
 
 
 class _WorkerLost(Exception):
@@ -393,6 +548,7 @@ def explore_ray(
     progress: Callable[[dict[str, float]], None] | None = None,
     max_restarts: int = 3,
     gpus_per_worker: float | None = None,
+    keep_workers: bool = True,
 ) -> Explored:
     """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
@@ -410,6 +566,9 @@ def explore_ray(
         progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
         max_restarts: how many worker losses a checkpointed run survives.
         gpus_per_worker: the GPU share each actor asks Ray for (:func:`gpu_share`; None: automatic).
+        keep_workers: after a successful run, keep the actors (emptied) for the next run of the same shape in
+            this process, which then skips their start-up (:func:`release_workers` ends them); a failed run's
+            actors always end.
     """
     # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
@@ -422,9 +581,15 @@ def explore_ray(
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker)
     try:
-        return run.run(initial_keys, max_restarts)
-    finally:
+        out = run.run(initial_keys, max_restarts)
+    except BaseException:
         run.kill()
+        raise
+    if keep_workers:
+        run.keep()
+    else:
+        run.kill()
+    return out
 
 
 class _RayRun:
@@ -440,6 +605,7 @@ class _RayRun:
         self.check = LimitCheck(limits, self.start)
         self.actors: list[Any] = []
         self.info: list[dict[str, Any]] = []
+        self.key: tuple[Any, ...] = ()  # what a kept actor must match to be reused
         self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.policy_calls = 0
         self.restarts = 0
         self.frontier = 0
@@ -459,8 +625,11 @@ class _RayRun:
         share = gpu_share(gpus, w, self.gpus_per_worker)
         if share:
             opts["num_gpus"] = share
-        actor_cls = ray.remote(**opts)(PartitionActor)
         ckdir = None if self.ckpt is None else str(self.ckpt.directory)
+        self.key = (ray.get_runtime_context().get_job_id(), w, threads, repr(sorted(opts.items())))
+        if self.reuse(ckdir):
+            return
+        actor_cls = ray.remote(**opts)(PartitionActor)
         self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start)
                        for r in range(w)]
         try:
@@ -474,12 +643,34 @@ class _RayRun:
                 raise cause from None
             raise WorkerError(f"a worker could not start: {type(cause).__name__}: {cause}") from exc
 
-    def kill(self) -> None:
-        for a in self.actors:
+    def reuse(self, ckdir: str | None) -> bool:
+        """Take the kept actors if they have this run's shape and answer (else end them); True if taken."""
+        kept = _kept.pop("run", None)
+        if kept is None:
+            return False
+        key, actors = kept
+        if key == self.key:
+            ray = self.ray
             try:
-                self.ray.kill(a)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+                ray.get([a.setup.remote(self.job, r, self.workers, self.batch_states, ckdir, self.limits, self.start)
+                         for r, a in enumerate(actors)], timeout=START_TIMEOUT_S)
+                self.info = ray.get([a.ready.remote() for a in actors], timeout=START_TIMEOUT_S)
+                self.actors = actors
+                return True
+            except Exception:  # noqa: BLE001 - lost, or its parts fail to build: new actors say why
+                log.info("kept workers not reusable; starting new ones")
+        _kill(actors)
+        return False
+
+    def keep(self) -> None:
+        """Empty the actors and keep them for the next run (:func:`release_workers`)."""
+        for a in self.actors:
+            a.release.remote()
+        _kept["run"] = (self.key, self.actors)
+        self.actors = []
+
+    def kill(self) -> None:
+        _kill(self.actors)
         self.actors = []
 
     def get(self, refs: Any) -> Any:
@@ -580,21 +771,14 @@ class _RayRun:
     def level(self) -> bool:
         """One breadth-first level on every actor; True at the fixpoint."""
         actors, w = self.actors, self.workers
-        sent = [a.expand.options(num_returns=w).remote() for a in actors]
-        sent = [s if isinstance(s, list) else [s] for s in sent]
-        news = self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)]) for o in range(w)])
-        occ = np.concatenate(news)
-        tag = np.concatenate([np.full(x.shape[0], o, dtype=np.int64) for o, x in enumerate(news)])
-        order = np.argsort(occ, kind="stable")
-        gids = np.empty(occ.shape[0], dtype=np.int64)
-        gids[order] = self.n + np.arange(occ.shape[0], dtype=np.int64)
-        answers = [actors[o].answer.options(num_returns=w).remote(gids[tag == o]) for o in range(w)]
-        answers = [x if isinstance(x, list) else [x] for x in answers]
-        stored = self.get([actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
-                           for s in range(w)])
+        if w == 1:  # a lone actor numbers its new states itself: one call per level
+            stored = self.get([actors[0].level_solo.remote(self.depth + 1, self.n)])
+            new = stored[0]["new"]
+        else:
+            new, stored = self.exchange()
         self.depth += 1
-        self.n += int(occ.shape[0])
-        self.frontier = int(occ.shape[0])
+        self.n += new
+        self.frontier = new
         self.transitions += sum(x["transitions"] for x in stored)
         self.policy_states += sum(x["policy_states"] for x in stored)
         self.policy_calls += sum(x["policy_calls"] for x in stored)
@@ -614,6 +798,23 @@ class _RayRun:
             self.check.check(states=self.n, transitions=self.transitions, frontier=self.frontier, depth=self.depth,
                              memory=memory)
         return self.frontier == 0
+
+    def exchange(self) -> tuple[int, list[dict[str, int]]]:
+        """Steps 1-4 of a level (module docstring) on W > 1 actors; the number of new states, and what they stored."""
+        actors, w = self.actors, self.workers
+        sent = [a.expand.options(num_returns=w).remote() for a in actors]
+        sent = [s if isinstance(s, list) else [s] for s in sent]
+        news = self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)]) for o in range(w)])
+        occ = np.concatenate(news)
+        tag = np.concatenate([np.full(x.shape[0], o, dtype=np.int64) for o, x in enumerate(news)])
+        order = np.argsort(occ, kind="stable")
+        gids = np.empty(occ.shape[0], dtype=np.int64)
+        gids[order] = self.n + np.arange(occ.shape[0], dtype=np.int64)
+        answers = [actors[o].answer.options(num_returns=w).remote(gids[tag == o]) for o in range(w)]
+        answers = [x if isinstance(x, list) else [x] for x in answers]
+        stored = self.get([actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
+                           for s in range(w)])
+        return int(occ.shape[0]), stored
 
     def finish(self) -> Explored:
         if self.ckpt is not None:
