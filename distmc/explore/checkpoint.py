@@ -43,7 +43,8 @@ FORMAT = 1
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-def _digest(path: str | None) -> str | None:
+def file_digest(path: str | None) -> str | None:
+    """SHA-256 of a file's content (None: not a file)."""
     if path is None or not Path(path).is_file():
         return None
     h = hashlib.sha256()
@@ -130,7 +131,7 @@ class Checkpoint:
         meta = {
             "format": FORMAT,
             "job": asdict(job),
-            "digests": {k: _digest(getattr(job, k)) for k in ("model_path", "policy", "interface")},
+            "digests": {k: file_digest(getattr(job, k)) for k in ("model_path", "policy", "interface")},
             "key_dtype": np.dtype(key_dtype).str,
             "reward_names": list(reward_names),
             "level": -1,
@@ -159,7 +160,7 @@ class Checkpoint:
         ckpt = cls(d, meta)
         job = ckpt.job
         for k, digest in meta["digests"].items():
-            now = _digest(getattr(job, k))
+            now = file_digest(getattr(job, k))
             if digest is not None and now != digest:
                 raise DistmcError(f"--resume {d}: {getattr(job, k)} has changed (or is gone) since the checkpoint "
                                   f"was written; resuming would mix two different runs")

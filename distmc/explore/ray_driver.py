@@ -42,7 +42,7 @@ import numpy as np
 from distmc._internal.jit import HAVE_NUMBA, place_rows
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow
-from distmc.explore.checkpoint import Checkpoint, write_level
+from distmc.explore.checkpoint import Checkpoint, file_digest, write_level
 from distmc.explore.expander import policy_counters
 from distmc.explore.limits import LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
@@ -94,17 +94,10 @@ def _at_least(ids: np.ndarray, size: int) -> np.ndarray:
 
 
 def _job_stamp(job: Any) -> tuple[Any, ...] | None:
-    """What makes a job's parts reusable: the job and its files' sizes and modification times (None: never reuse)."""
+    """What makes a job's parts reusable: the job and its files' contents (SHA-256; None: never reuse)."""
     if not isinstance(job, Job):
         return None
-    stamp: list[Any] = [job]
-    for path in (job.model_path, job.policy, job.interface):
-        try:
-            st = os.stat(path) if path else None
-        except OSError:  # not a file (``uniform``, ``module:function``)
-            st = None
-        stamp.append(None if st is None else (st.st_mtime_ns, st.st_size))
-    return tuple(stamp)
+    return (job, *(file_digest(path) for path in (job.model_path, job.policy, job.interface)))
 
 
 class PartitionActor:
@@ -125,7 +118,7 @@ class PartitionActor:
               limits: Limits | None = None, start: float | None = None) -> None:
         """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
 
-        A kept actor given the same job again, with its files unchanged, reuses the parts it built for it.
+        A kept actor given the same job again, with the same file contents, reuses the parts it built for it.
         """
         stamp = _job_stamp(job)
         built = self.__dict__.get("built")
