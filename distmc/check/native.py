@@ -314,8 +314,8 @@ def _probability(a: _Matrix, m: InducedModel, spec: PropertySpec, precision: flo
 
 def _reward(a: _Matrix, m: InducedModel, spec: PropertySpec, precision: float, max_iterations: int) -> np.ndarray:
     n = m.n_states
-    (state, action), = m.rewards.values()  # the reducer keeps the property's structure only
-    state = np.zeros(n) if state is None else state
+    (given, action), = m.rewards.values()  # the reducer keeps the property's structure only
+    state = np.zeros(n) if given is None else given
     total = state + (0.0 if action is None else action)  # a DTMC's row r is state r's only choice
     sub = spec.formula.subformula
     every = np.ones(n, dtype=bool)
@@ -323,7 +323,7 @@ def _reward(a: _Matrix, m: InducedModel, spec: PropertySpec, precision: float, m
         kind, _, k = _REWARD_BOUND.match(str(sub).replace(" ", "")).groups()  # type: ignore[union-attr]
         if kind == "C":  # reward collected in the first k steps
             return _steps(a, np.zeros(n), total, every, total, int(k))
-        if m.rewards and next(iter(m.rewards.values()))[0] is None:
+        if given is None:
             raise PropertyError(f"'{spec.text}': the reward structure has no state rewards (as Storm refuses it: "
                                 "the instantaneous reward would be 0 everywhere)")
         return _steps(a, state.copy(), np.zeros(n), every, state, int(k))  # I=k: the state reward at step k

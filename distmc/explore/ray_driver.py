@@ -442,6 +442,7 @@ def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
     names = list(results[0]["rewards"])
     rewards = {k: np.concatenate([r["rewards"][k] for r in results]) for k in names}
     chunks = [c for r in results for c in _chunks(r) if c[0]]
+    row_pos = None
     if row_state.shape[0] > 1 and (np.diff(row_state) < 0).any():
         order = np.argsort(row_state, kind="stable")  # every partition's rows are in increasing global id already
         row_state, row_action, counts = row_state[order], row_action[order], counts[order]
@@ -449,12 +450,10 @@ def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
         row_pos = np.empty(order.shape[0], dtype=np.int64)
         row_pos[order] = np.arange(order.shape[0], dtype=np.int64)  # global row of each (partition, row)
         del order
-        offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
+    offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if row_pos is not None:
         chunks = [(counts.shape[0], *_place(chunks, row_pos, counts, offsets))]
-    else:
-        offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
     return Explored(
         keys=keys, loop=loop, deadlock=deadlock, row_state=row_state, row_action=row_action, branch_offsets=offsets,
         target_chunks=[c[1] for c in chunks], prob_chunks=[c[2] for c in chunks],
