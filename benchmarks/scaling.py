@@ -2,7 +2,8 @@
 
 For each worker count it runs ``distmc.api.verify`` (stochastic mode, uniform policy unless ``--policy``) with the
 Ray driver on a local Ray (or ``--address``), and records: exploration time and states/s, speedup and efficiency
-against one Ray worker, the in-process driver's time (the Ray driver's overhead at one worker), bytes exchanged per
+against one Ray worker, explore + assemble against the in-process driver's (the Ray driver's overhead at one worker;
+the sum, because Ray actors merge their rows while exploring where the in-process reducer merges them in assemble), bytes exchanged per
 state against the packed key size, partition balance (largest partition / mean), and the time split of the
 workers (expand, lookup, store; the rest of the exploration time is exchange and waiting at the barrier) and the
 driver's split of the exploration time (actor start-up, the levels, gathering the rows into the reducer). It
@@ -25,9 +26,19 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO.parent / "shared" / "models" / "coolmc" / "avoid.prism"
+
+
+def _driver_s(r: Any) -> float:
+    """What the driver's side of a run costs before the check: exploring and assembling the induced model.
+
+    The two drivers split this work differently (Ray actors merge each row's branches as they keep them, the
+    in-process driver's reducer merges them in place), so they are compared on the sum.
+    """
+    return float(r.timings["explore_s"] + r.timings["assemble_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--address", default=None)
     ap.add_argument("--repeat", type=int, default=1, help="runs per worker count (the fastest is kept)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="compiled-kernel threads per Ray worker, and of the in-process reference run (default: "
+                         "the in-process run uses every core, a worker the cores divided by the workers)")
+    ap.add_argument("--checker", default="native",
+                    help="checker of every run (the exploration is what is timed; native is the quicker check)")
     ap.add_argument("--plot", default=None, help="write a PNG here")
     a = ap.parse_args(argv)
 
@@ -50,11 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     from distmc.model.program import load_model
 
     counts = [int(w) for w in a.workers.split(",")]
+    if a.threads is not None:  # the in-process reference with the same threads as one worker
+        import numba
+
+        numba.set_num_threads(a.threads)
     if not ray.is_initialized():
         ray.init(address=a.address or "local", include_dashboard=False, log_to_driver=False, configure_logging=False)
     m = load_model(a.model, a.const)
     key_bytes = StateCodec(m.lo, m.hi).key_bytes
-    kw = dict(constants=a.const, policy=a.policy, interface=a.interface, mode="stochastic")
+    kw = dict(constants=a.const, policy=a.policy, interface=a.interface, mode="stochastic",
+              checker=a.checker)
     verify(a.model, a.prop, **kw)  # warm the compiled routines' cache
     # The in-process runs alternate with the Ray runs, so that both see the same machine load; the fastest of each
     # is kept. The first Ray run of a worker count starts its actors (cold); later ones get the kept actors.
@@ -64,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         best = first = None
         for _ in range(a.repeat):
             lr = verify(a.model, a.prop, **kw)
-            if local is None or lr.timings["explore_s"] < local.timings["explore_s"]:
+            if local is None or _driver_s(lr) < _driver_s(local):
                 local = lr
             t0 = time.perf_counter()
-            r = verify(a.model, a.prop, workers=w, driver="ray", **kw)
+            r = verify(a.model, a.prop, workers=w, driver="ray", threads_per_worker=a.threads, **kw)
             r.timings["wall_s"] = time.perf_counter() - t0
             first = first or r
             if best is None or r.timings["explore_s"] < best.timings["explore_s"]:
@@ -80,12 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{Path(a.model).name} {a.const}  {a.prop}; {local.states} states, {local.transitions} transitions; "
           f"packed key {key_bytes} bytes")
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
-          f"in-process driver: explore {local.timings['explore_s']:.2f} s")
+          f"in-process driver: explore {local.timings['explore_s']:.2f} s, + assemble {_driver_s(local):.2f} s; threads per worker: {a.threads or 'cores / workers'}")
     print()
-    print("| workers | explore s | states/s | speedup | efficiency | vs in-process | first run s | first vs in-process "
+    print("| workers | explore s | states/s | speedup | efficiency | explore + assemble s | vs in-process | first run s | first vs in-process "
           "| bytes/state | bytes/key | balance (max/mean) | expand s | lookup s | store s | start-up s | levels s "
           "| gather s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     plot = []
     for w, r, r1 in rows:
         t = r.timings["explore_s"]
@@ -95,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         speed = base / t if base else float("nan")
         plot.append((w, r.states / t, speed))
         print(f"| {w} | {t:.2f} | {r.states / t:,.0f} | {speed:.2f} | {speed / w:.2f} | "
-              f"{t / local.timings['explore_s']:.2f}x | {r1.timings['explore_s']:.2f} | "
-              f"{r1.timings['explore_s'] / local.timings['explore_s']:.2f}x | {sent / r.states:.1f} | {sent / r.states / key_bytes:.2f} | "
+              f"{_driver_s(r):.2f} | {_driver_s(r) / _driver_s(local):.2f}x | {_driver_s(r1):.2f} | "
+              f"{_driver_s(r1) / _driver_s(local):.2f}x | {sent / r.states:.1f} | {sent / r.states / key_bytes:.2f} | "
               f"{max(states) / (sum(states) / len(states)):.3f} | {max(s['expand_s'] for s in ws):.2f} | "
               f"{max(s['lookup_s'] for s in ws):.2f} | {max(s['store_s'] for s in ws):.2f} | "
               f"{r.timings.get('startup_s', float('nan')):.2f} | {r.timings.get('levels_s', float('nan')):.2f} | "

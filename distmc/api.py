@@ -154,6 +154,7 @@ def verify(
     resume: str | Path | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
     gpus_per_worker: float | None = None,
+    threads_per_worker: int | None = None,
     export_path: str | Path | None = None,
     keep_model: bool = False,
     trust_policy: bool = False,
@@ -186,6 +187,8 @@ def verify(
         progress: called after every explored level with a dict (depth, states, frontier, transitions, ...).
         gpus_per_worker: Ray driver: the GPU share each worker asks for (None: the cluster's GPUs split evenly
             over the workers, at most one each; 0: policies on the CPU).
+        threads_per_worker: Ray driver: the compiled kernels' threads in each worker (None: the cluster's CPUs
+            divided by the workers, at least one).
         export_path: also write the induced model (``.umb`` or ``.drn``).
         keep_model: also return the :class:`InducedModel`.
         trust_policy: allow policy formats whose loading runs code stored in the file (SB3 ``.zip``).
@@ -235,7 +238,8 @@ def verify(
         from distmc.explore.ray_driver import explore_ray
 
         explored = explore_ray(job, codec, codec.pack(model.initial_states), workers, address=address,
-                               limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker)
+                               limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker,
+                               threads_per_worker=threads_per_worker)
     t2 = time.perf_counter()
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)

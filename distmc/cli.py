@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-worker", type=float, default=None,
                      help="Ray driver: GPU share per worker for its policy replica (default: the cluster's GPUs "
                           "split over the workers, at most 1 each; 0: CPU only)")
+    run.add_argument("--threads-per-worker", type=int, default=None,
+                     help="Ray driver: compiled-kernel threads per worker (default: the cluster's CPUs divided by "
+                          "the workers, at least 1)")
     run.add_argument("--max-states", type=int, default=None, help="stop beyond this many states (partial report)")
     run.add_argument("--max-memory", default=None, help="stop beyond this much memory, e.g. 8G (partial report)")
     run.add_argument("--timeout", default=None, help="stop after this long, e.g. 900, 15m, 2h (partial report)")
@@ -124,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 resume=args.resume,
                 progress=progress,
                 gpus_per_worker=args.gpus_per_worker,
+                threads_per_worker=args.threads_per_worker,
                 export_path=args.export,
                 trust_policy=args.trust_policy,
                 checker=args.checker,

@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover - exercised only without numba
     _nb = None  # type: ignore[assignment]
     HAVE_NUMBA = False
 
-__all__ = ["HAVE_NUMBA", "KeyTable", "merge_rows", "place_rows"]
+__all__ = ["HAVE_NUMBA", "KeyTable", "first_occurrences", "merge_rows", "place_rows"]
 
 _EMPTY = np.int64(-1)
 
@@ -65,6 +65,23 @@ if HAVE_NUMBA:
             m = src_off[i + 1] - a
             targets[d : d + m] = src_t[a : a + m]
             prob[d : d + m] = src_p[a : a + m]
+
+    @_jit
+    def _first_occurrences_jit(uid, size0, branch_offsets, row_state, source, shift, out):
+        # uid: each branch's id in a set whose new ids size0, size0 + 1, ... are given in order of first occurrence
+        nxt, k, widest = size0, 0, 0
+        state, start = -1, 0
+        for r in range(branch_offsets.shape[0] - 1):
+            s = row_state[r]
+            if s != state:  # a state's rows are contiguous: its branches count from its first row's first branch
+                state, start = s, branch_offsets[r]
+            for j in range(branch_offsets[r], branch_offsets[r + 1]):
+                if uid[j] == nxt:
+                    widest = max(widest, j - start)
+                    out[k] = (source[s] << shift) + (j - start)
+                    k += 1
+                    nxt += 1
+        return k, widest
 
     @_jit
     def _mix(k):
@@ -140,6 +157,26 @@ def merge_rows(offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray) -> tu
     return out_off, targets[:w], prob[:w]
 
 
+def first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, row_state: np.ndarray,
+                      source: np.ndarray, shift: int) -> tuple[np.ndarray, int]:
+    """Where the new ids of a batch first occur, as ``source[state] << shift`` + the branch's index in its state.
+
+    ``uid`` ``[B]`` holds each branch's id in a set that numbers new keys ``size0, size0 + 1, ...`` in order of
+    first occurrence (:meth:`KeyTable.insert`); the branches are the CSR rows ``branch_offsets`` of the states
+    ``row_state`` (a state's rows contiguous), and ``source`` maps a state to the number that leads its code.
+    Returns the codes of the new ids, in id order, and the largest branch index among them (to check against
+    ``shift``). One pass, no array of ``B`` temporaries.
+    """
+    assert HAVE_NUMBA
+    out = np.empty(max(0, int(uid.max(initial=size0 - 1)) + 1 - size0), dtype=np.int64)
+    k, widest = _first_occurrences_jit(np.ascontiguousarray(uid, dtype=np.int64), np.int64(size0),
+                                       np.ascontiguousarray(branch_offsets, dtype=np.int64),
+                                       np.ascontiguousarray(row_state, dtype=np.int64),
+                                       np.ascontiguousarray(source, dtype=np.int64), np.int64(shift), out)
+    assert k == out.shape[0]
+    return out, int(widest)
+
+
 def place_rows(src_off: np.ndarray, rows: np.ndarray, dst_off: np.ndarray, src_t: np.ndarray, src_p: np.ndarray,
                targets: np.ndarray, prob: np.ndarray) -> None:
     """Copy the CSR rows ``src_off`` ``[K + 1]`` of a piece to global rows ``rows`` ``[K]`` of ``dst_off``.
@@ -176,6 +213,11 @@ class KeyTable:
         k, ids = np.zeros(cap, dtype=np.uint64), np.full(cap, -1, dtype=np.int64)
         _rehash_jit(self._k, self._id, k, ids)
         self._k, self._id = k, ids
+
+    def clear(self) -> None:
+        """Empty the table, keeping its capacity (a table refilled every level is not allocated again)."""
+        self._id.fill(-1)
+        self.size = 0
 
     def insert(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Ids ``[K]`` of ``keys`` ``[K]`` uint64, adding unseen ones; also the new keys ``[K_new]`` in id order."""

@@ -131,7 +131,10 @@ def assemble(
     per_state = np.bincount(row_state, minlength=n)
     row_groups = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(per_state, out=row_groups[1:])
-    offsets, target_chunks, prob_chunks = _merge_chunks(parts, n)
+    if parts.merged:  # the workers merged their rows: the chunks are taken as they are (no copy)
+        offsets, target_chunks, prob_chunks = parts.branch_offsets, list(parts.target_chunks), list(parts.prob_chunks)
+    else:
+        offsets, target_chunks, prob_chunks = _merge_chunks(parts, n)
     kind = "mdp" if force_mdp or (per_state > 1).any() else "dtmc"
 
     labels: dict[str, np.ndarray] = {name: np.zeros(n, dtype=bool) for name in model.labels}

@@ -37,6 +37,8 @@ class Explored:
         chunk_rows: ``[n_chunks]`` int64, rows per chunk.
         rewards: name -> ``[R]`` float64 action rewards.
         initial: ``[I]`` int64 ids of the initial states.
+        merged: every row's branches are sorted by target with duplicates added up already (the Ray actors do it
+            as they keep a batch, :func:`distmc._internal.jit.merge_rows`); else the reducer does it.
     """
 
     keys: np.ndarray
@@ -52,6 +54,7 @@ class Explored:
     initial: np.ndarray
     stats: dict[str, float] = field(default_factory=dict)
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor (empty in-process)
+    merged: bool = False
 
     @property
     def n_states(self) -> int:

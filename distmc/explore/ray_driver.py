@@ -20,9 +20,10 @@ Termination and numbering: level-synchronous breadth-first search with a barrier
 The fixpoint is the first level that finds no new state anywhere (the driver sums the counts of step 2). States
 and transitions never cross as Python objects: keys travel as Arrow arrays, ids and rows as numpy arrays through
 Ray's object store. A lone actor (W = 1) owns every successor: it runs a level in one call
-(:meth:`PartitionActor.level_solo`), its visited set numbering the new states as steps 1-4 would. The reducer then
-takes the partitions' rows in global order (:func:`gather`: as they are when they are in that order already, else
-placed row by row).
+(:meth:`PartitionActor.level_solo`), its visited set numbering the new states as steps 1-4 would. Every actor merges
+its rows as it keeps them (branches sorted by target, duplicates added up: the reducer's routine, spread over the
+workers). The reducer then takes the partitions' rows in global order (:func:`gather`: as they are, read-only in
+Ray's object store, when they are in that order already, else placed row by row) and uses them without a merge.
 
 A finished run's actors are kept, emptied, for the next run of the same shape in this process (:func:`explore_ray`'s
 ``keep_workers``, :func:`release_workers`).
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from distmc._internal.jit import HAVE_NUMBA, place_rows
+from distmc._internal.jit import HAVE_NUMBA, first_occurrences, place_rows
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow
 from distmc.explore.checkpoint import Checkpoint, file_digest, write_level
@@ -78,6 +79,29 @@ def _to_arrow(keys: np.ndarray, occ: np.ndarray, codec: StateCodec) -> Any:
 
     col = keys_to_arrow(keys, codec.dtype)
     return pa.RecordBatch.from_arrays([col, pa.array(occ, type=pa.int64())], names=["key", "occ"])
+
+
+def _first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, row_state: np.ndarray,
+                       source: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`~distmc._internal.jit.first_occurrences` with the shift of ``occ``, also without numba."""
+    if HAVE_NUMBA:
+        return first_occurrences(uid, size0, branch_offsets, row_state, source, OCC_SHIFT)
+    pos = np.flatnonzero(uid >= size0)  # pragma: no cover - exercised only without numba
+    ids = uid[pos]
+    pos = pos[ids > np.maximum.accumulate(np.concatenate([[size0 - 1], ids]))[:-1]]  # a new id's first place
+    counts = np.diff(branch_offsets)
+    per_state = np.bincount(row_state, weights=counts, minlength=source.shape[0]).astype(np.int64)
+    branch_src = np.repeat(row_state, counts)[pos]
+    index = pos - (np.cumsum(per_state) - per_state)[branch_src]
+    return (source[branch_src] << OCC_SHIFT) + index, int(index.max(initial=0))
+
+
+def _merge(offsets: np.ndarray, target: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One batch's rows merged (the reducer's :func:`~distmc.assemble.reducer._merge_rows`, in place)."""
+    from distmc.assemble.reducer import _merge_rows
+
+    out_off, out_t, out_p = _merge_rows(offsets - offsets[0], target, prob, int(target.max(initial=-1)) + 1)
+    return out_off, out_t, out_p
 
 
 def _from_arrow(batch: Any, codec: StateCodec) -> tuple[np.ndarray, np.ndarray]:
@@ -150,6 +174,7 @@ class PartitionActor:
             self.check = LimitCheck(Limits(max_memory=limits.max_memory, timeout=limits.timeout), start, 1 / workers)
         # other owners' keys this source has asked about, with their global ids (never asked again)
         self.cache = VisitedSet(self.codec.dtype)
+        self.seen = VisitedSet(self.codec.dtype)  # a level's distinct successor keys (emptied every level)
         self.cache_gids = np.zeros(0, dtype=np.int64)
         self.known = np.zeros(0, dtype=np.int64)
         self.ukeys = np.zeros(0, dtype=self.codec.dtype)
@@ -247,8 +272,14 @@ class PartitionActor:
         return rows
 
     def _keep(self, gids: np.ndarray, rows: Any, target: np.ndarray) -> None:
-        """Keep a batch's rows (sources ``gids``) with their global target ids."""
-        self.rows.append((gids[rows.row_state], rows.row_action, np.diff(rows.branch_offsets), target, rows.prob))
+        """Keep a batch's rows (sources ``gids``) with their global target ids, merged.
+
+        Each row's branches are sorted by target and duplicates added up here, as the reducer would (the same
+        routine, in the same order, so the same bits): the work is spread over the workers, and the reducer takes
+        the rows as they come, read-only in Ray's object store, instead of merging them into a copy.
+        """
+        offsets, target, prob = _merge(rows.branch_offsets, target, rows.prob)
+        self.rows.append((gids[rows.row_state], rows.row_action, np.diff(offsets), target, prob))
         self.rewards.append(rows.rewards)
         self.flags.append((gids, rows.terminal | rows.deadlock, rows.deadlock))
 
@@ -258,7 +289,8 @@ class PartitionActor:
         gids, keys = self.frontier
         self.frontier = (gids[:0], keys[:0])
         # The level's distinct successor keys, numbered by first occurrence (a hash set for one-word keys).
-        seen = VisitedSet(self.codec.dtype)
+        seen = self.seen
+        seen.clear()
         first_occ: list[np.ndarray] = []
         self.pending = []
         for start in range(0, gids.shape[0], self.batch_states):
@@ -266,20 +298,11 @@ class PartitionActor:
             rows = self._expand_batch(bk)
             size0 = seen.size
             uid, _ = seen.insert(rows.target_keys)
-            # first occurrences: a new id is first seen where it exceeds every id before it
-            newer = uid >= size0
-            pos = np.flatnonzero(newer)
-            ids = uid[pos]
-            prev = np.maximum.accumulate(np.concatenate([[size0 - 1], ids]))[:-1]
-            pos = pos[ids > prev]
-            # position of a branch: source gid, then the branch's index among its source's branches
-            counts = np.diff(rows.branch_offsets)
-            per_state = np.bincount(rows.row_state, weights=counts, minlength=bk.shape[0]).astype(np.int64)
-            if per_state.size and per_state.max() >= (1 << OCC_SHIFT):
-                raise ResourceLimitError(f"a state has {int(per_state.max())} branches, more than {1 << OCC_SHIFT}")
-            branch_src = np.repeat(rows.row_state, counts)[pos]
-            start_of = np.cumsum(per_state) - per_state
-            first_occ.append((bg[branch_src] << OCC_SHIFT) + (pos - start_of[branch_src]))
+            # first occurrence of each new id: source gid, then the branch's index among its source's branches
+            occ, widest = _first_occurrences(uid, size0, rows.branch_offsets, rows.row_state, bg)
+            if widest >= (1 << OCC_SHIFT):
+                raise ResourceLimitError(f"a state has more than {1 << OCC_SHIFT} branches")
+            first_occ.append(occ)
             self.pending.append((rows, bg, uid))
         ukeys = seen.keys_by_id()
         uocc = np.concatenate(first_occ) if first_occ else np.zeros(0, dtype=np.int64)
@@ -419,13 +442,16 @@ def _chunks(r: dict[str, Any]) -> list[tuple[int, np.ndarray, np.ndarray]]:
     return [(int(r["counts"].shape[0]), r["targets"], r["prob"])]
 
 
-def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
+def gather(results: list[dict[str, Any]], n_initial: int, merged: bool = False) -> Explored:
     """The reducer's first step: the partitions' states and rows placed in global-id order.
 
     Every result holds its rows in increasing global id, their branches in chunks of whole rows. When the results'
     rows, taken in turn, are in global order already (one worker, or one worker's levels read from a checkpoint),
-    the chunks are handed on as they are, without a copy: read-only views of Ray's object store or of the files,
-    which the reducer merges into new arrays. Else every row is copied once to its global position (one chunk).
+    the chunks are handed on as they are, without a copy: read-only views of Ray's object store or of the files.
+    Else every row is copied once to its global position (one chunk). ``merged``: the rows are merged already (the
+    actors' own rows); the reducer then takes the chunks as they are, where it would otherwise merge them into new
+    arrays (rows read from a checkpoint, which a run of an older version may have written unmerged; merging is
+    idempotent).
     """
     n = int(sum(r["gids"].shape[0] for r in results))
     key_dtype = results[0]["keys"].dtype
@@ -458,7 +484,7 @@ def gather(results: list[dict[str, Any]], n_initial: int) -> Explored:
         keys=keys, loop=loop, deadlock=deadlock, row_state=row_state, row_action=row_action, branch_offsets=offsets,
         target_chunks=[c[1] for c in chunks], prob_chunks=[c[2] for c in chunks],
         chunk_rows=np.array([c[0] for c in chunks], dtype=np.int64), rewards=rewards,
-        initial=np.arange(n_initial, dtype=np.int64),
+        initial=np.arange(n_initial, dtype=np.int64), merged=merged,
     )
 
 
@@ -541,6 +567,7 @@ def explore_ray(
     max_restarts: int = 3,
     gpus_per_worker: float | None = None,
     keep_workers: bool = True,
+    threads_per_worker: int | None = None,
 ) -> Explored:
     """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
@@ -561,6 +588,8 @@ def explore_ray(
         keep_workers: after a successful run, keep the actors (emptied) for the next run of the same shape in
             this process, which then skips their start-up (:func:`release_workers` ends them); a failed run's
             actors always end.
+        threads_per_worker: numba threads of each actor (None: the cluster's CPUs divided by the workers, at least
+            one; so a lone actor on this machine uses every core, and W actors one core each when W >= cores).
     """
     # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
@@ -571,7 +600,10 @@ def explore_ray(
         # ray.init() would otherwise join (and which its owner may shut down in the middle of our run).
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker)
+    if threads_per_worker is not None and threads_per_worker < 1:
+        raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
+    run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker,
+                  threads_per_worker)
     try:
         out = run.run(initial_keys, max_restarts)
     except BaseException:
@@ -589,9 +621,9 @@ class _RayRun:
 
     def __init__(self, ray: Any, job: Job, codec: StateCodec, workers: int, batch_states: int, limits: Limits,
                  checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
-                 gpus_per_worker: float | None = None) -> None:
+                 gpus_per_worker: float | None = None, threads_per_worker: int | None = None) -> None:
         self.ray, self.job, self.codec, self.workers = ray, job, codec, workers
-        self.gpus_per_worker = gpus_per_worker
+        self.gpus_per_worker, self.threads_per_worker = gpus_per_worker, threads_per_worker
         self.batch_states, self.limits, self.ckpt, self.progress = batch_states, limits, checkpoint, progress
         self.start = time.time()
         self.check = LimitCheck(limits, self.start)
@@ -612,7 +644,7 @@ class _RayRun:
         alive = [n for n in ray.nodes() if n.get("Alive")]
         cpus = int(sum(n["Resources"].get("CPU", 0) for n in alive) or 1)
         gpus = float(sum(n["Resources"].get("GPU", 0) for n in alive))
-        threads = max(1, cpus // w)
+        threads = self.threads_per_worker or max(1, cpus // w)
         opts: dict[str, Any] = {"num_cpus": 1 if cpus >= w else 0, "scheduling_strategy": "SPREAD"}
         share = gpu_share(gpus, w, self.gpus_per_worker)
         if share:
@@ -814,7 +846,7 @@ class _RayRun:
             out = gather(self.ckpt.results(), self.n_initial)
         else:
             stats = results = self.get([a.result.remote() for a in self.actors])
-            out = gather(results, self.n_initial)
+            out = gather(results, self.n_initial, merged=True)  # the actors merged their rows (_keep)
             del results
         out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "policy_calls": self.policy_calls,
                           "restarts": self.restarts})

@@ -26,6 +26,13 @@ class VisitedSet:
         self._by_id: list[np.ndarray] = []  # keys in id order, in chunks
         self.size = 0
 
+    def clear(self) -> None:
+        """Empty the set; a hash table keeps its capacity (for a set refilled every level)."""
+        if self._table is not None:
+            self._table.clear()
+        self._sorted, self._ids, self._by_id = self._sorted[:0], self._ids[:0], []
+        self.size = 0
+
     def insert(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Look up ``keys`` ``[K]``, adding the unseen ones in order of first occurrence.
 
