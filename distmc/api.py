@@ -31,9 +31,10 @@ def _const_text(constants: str | dict[str, str] | None) -> str | None:
     return ",".join(f"{k}={v}" for k, v in constants.items())
 
 
-#: Parts of the exploration time a driver reports: Ray actors' start-up, the levels, gathering the partitions'
-#: rows into the reducer (Ray driver); seconds inside the policy's forward passes (in-process driver).
-_EXPLORE_SPLIT = ("startup_s", "levels_s", "gather_s", "policy_s")
+#: Parts of the exploration time a driver reports: Ray actors' start-up, the levels (of which ``place_s``: placing
+#: each level's rows in global order while the next level runs), gathering the partitions' states and last rows
+#: into the reducer (Ray driver); seconds inside the policy's forward passes (in-process driver).
+_EXPLORE_SPLIT = ("startup_s", "levels_s", "place_s", "gather_s", "policy_s")
 
 
 #: Memory the hand-off to Storm and Storm's check need beyond what the process holds after exploration, per

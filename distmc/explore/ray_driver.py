@@ -36,6 +36,7 @@ import os
 import resource
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -158,6 +159,7 @@ class PartitionActor:
         self.frontier = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=self.codec.dtype))  # (gids, keys)
         self.rows: list[tuple[np.ndarray, ...]] = []  # (row gid, row action, branch counts, target gids, prob)
         self.rewards: list[dict[str, np.ndarray]] = []
+        self.shipped_transitions = self.shipped_bytes = 0  # rows handed over by take()
         self.flags: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (gids, loop, deadlock) of expanded states
         self.pending: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (rows, source gids, level-unique target ids)
         self.sent: list[np.ndarray] = []
@@ -399,16 +401,42 @@ class PartitionActor:
 
     # -- the end -----------------------------------------------------------------------------------------------
 
+    def take(self) -> dict[str, Any]:
+        """The rows kept since the last call, handed over (the driver places them while the next level runs)."""
+        out = self._rows_out()
+        self.shipped_transitions += sum(int(r[3].shape[0]) for r in self.rows)
+        self.shipped_bytes += self._row_bytes()
+        self.rows, self.rewards = [], []
+        return out
+
+    def _row_bytes(self) -> int:
+        return (sum(sum(int(a.nbytes) for a in r) for r in self.rows)
+                + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards))
+
+    def _rows_out(self) -> dict[str, Any]:
+        cat = np.concatenate
+        return {
+            "row_state": cat([r[0] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
+            "row_action": cat([r[1] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
+            "counts": cat([r[2] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
+            # the branches stay in the batches' chunks: no copy here, and none in the driver when it can hand
+            # them on as they are (see gather)
+            "targets": [r[3] for r in self.rows],
+            "prob": [r[4] for r in self.rows],
+            "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
+            "rewards": {n: cat([r[n] for r in self.rewards]) for n in self.parts.reward_names} if self.rewards
+            else {n: np.zeros(0) for n in self.parts.reward_names},
+        }
+
     def result(self, rows: bool = True) -> dict[str, Any]:
-        """The partition's states and rows (with ``rows=False``, its statistics only: the rows are on disk)."""
+        """The partition's states and the rows not taken yet (with ``rows=False``, its statistics only)."""
         self.stats.update(
             states=self.visited.size,
-            transitions=sum(int(r[3].shape[0]) for r in self.rows),
+            transitions=self.shipped_transitions + sum(int(r[3].shape[0]) for r in self.rows),
             state_bytes=self.visited.nbytes + self.gids.nbytes,  # visited set + global ids, what a state costs
             cache_bytes=self.cache.nbytes + self.cache_gids.nbytes,
-            row_bytes=sum(sum(int(a.nbytes) for a in r) for r in self.rows)
-            + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards)
-            + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
+            # every row this partition built (also those handed over level by level), and its states' flags
+            row_bytes=self.shipped_bytes + self._row_bytes() + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
             rss=rss_bytes(),
             policy_s=policy_counters(self.expander)[1] - self.policy_s0,
             peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
@@ -419,15 +447,7 @@ class PartitionActor:
         return {
             "gids": self.gids[: self.visited.size],
             "keys": self.visited.keys_by_id(),
-            "row_state": cat([r[0] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            "row_action": cat([r[1] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            "counts": cat([r[2] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            # the branches stay in the batches' chunks: no copy here, and none in the driver when it can hand
-            # them on as they are (see gather)
-            "targets": [r[3] for r in self.rows],
-            "prob": [r[4] for r in self.rows],
-            "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
-            "rewards": {n: cat([r[n] for r in self.rewards]) for n in (self.rewards[0] if self.rewards else {})},
+            **self._rows_out(),
             "flag_gids": cat([f[0] for f in self.flags]) if self.flags else np.zeros(0, dtype=np.int64),
             "loop": cat([f[1] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
             "deadlock": cat([f[2] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
@@ -442,16 +462,52 @@ def _chunks(r: dict[str, Any]) -> list[tuple[int, np.ndarray, np.ndarray]]:
     return [(int(r["counts"].shape[0]), r["targets"], r["prob"])]
 
 
-def gather(results: list[dict[str, Any]], n_initial: int, merged: bool = False) -> Explored:
-    """The reducer's first step: the partitions' states and rows placed in global-id order.
+@dataclass
+class RowBlock:
+    """Rows in global order: their sources, actions, branch counts, action rewards, and branches in chunks."""
 
-    Every result holds its rows in increasing global id, their branches in chunks of whole rows. When the results'
-    rows, taken in turn, are in global order already (one worker, or one worker's levels read from a checkpoint),
-    the chunks are handed on as they are, without a copy: read-only views of Ray's object store or of the files.
-    Else every row is copied once to its global position (one chunk). ``merged``: the rows are merged already (the
-    actors' own rows); the reducer then takes the chunks as they are, where it would otherwise merge them into new
-    arrays (rows read from a checkpoint, which a run of an older version may have written unmerged; merging is
-    idempotent).
+    row_state: np.ndarray
+    row_action: np.ndarray
+    counts: np.ndarray
+    rewards: dict[str, np.ndarray]
+    chunks: list[tuple[int, np.ndarray, np.ndarray]]  # (rows, targets, prob), whole rows each
+
+
+def order_rows(pieces: list[dict[str, Any]]) -> RowBlock:
+    """The rows of ``pieces`` (each in increasing global id) in global order, as one :class:`RowBlock`.
+
+    When the pieces' rows, taken in turn, are in global order already (one worker, or one worker's levels read
+    from a checkpoint), the chunks are handed on as they are, without a copy: read-only views of Ray's object
+    store or of the files. Else every row is copied once to its global position (one chunk).
+    """
+    names = list(pieces[0]["rewards"]) if pieces else []
+    row_state = np.concatenate([r["row_state"] for r in pieces]) if pieces else np.zeros(0, dtype=np.int64)
+    row_action = np.concatenate([r["row_action"] for r in pieces]) if pieces else np.zeros(0, dtype=np.int64)
+    counts = np.concatenate([r["counts"] for r in pieces]) if pieces else np.zeros(0, dtype=np.int64)
+    rewards = {k: np.concatenate([r["rewards"][k] for r in pieces]) for k in names}
+    chunks = [c for r in pieces for c in _chunks(r) if c[0]]
+    if row_state.shape[0] > 1 and (np.diff(row_state) < 0).any():
+        order = np.argsort(row_state, kind="stable")  # every piece's rows are in increasing global id already
+        row_state, row_action, counts = row_state[order], row_action[order], counts[order]
+        rewards = {k: v[order] for k, v in rewards.items()}
+        row_pos = np.empty(order.shape[0], dtype=np.int64)
+        row_pos[order] = np.arange(order.shape[0], dtype=np.int64)  # global row of each (piece, row)
+        del order
+        offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        chunks = [(counts.shape[0], *_place(chunks, row_pos, counts, offsets))]
+    return RowBlock(row_state, row_action, counts, rewards, chunks)
+
+
+def gather(results: list[dict[str, Any]], n_initial: int, merged: bool = False,
+           blocks: list[RowBlock] | None = None) -> Explored:
+    """The reducer's first step: the partitions' states, and all rows in global-id order.
+
+    ``blocks``: rows ordered already (:func:`order_rows`, the driver does it level by level while the next level
+    runs); they come first, then the rows still in ``results`` (:func:`order_rows`). ``merged``: the rows are
+    merged already (the actors' own rows); the reducer then takes the chunks as they are, where it would otherwise
+    merge them into new arrays (rows read from a checkpoint, which a run of an older version may have written
+    unmerged; merging is idempotent).
     """
     n = int(sum(r["gids"].shape[0] for r in results))
     key_dtype = results[0]["keys"].dtype
@@ -462,28 +518,20 @@ def gather(results: list[dict[str, Any]], n_initial: int, merged: bool = False) 
         keys[r["gids"]] = r["keys"]
         loop[r["flag_gids"]] = r["loop"]
         deadlock[r["flag_gids"]] = r["deadlock"]
-    row_state = np.concatenate([r["row_state"] for r in results])
-    row_action = np.concatenate([r["row_action"] for r in results])
-    counts = np.concatenate([r["counts"] for r in results])
-    names = list(results[0]["rewards"])
-    rewards = {k: np.concatenate([r["rewards"][k] for r in results]) for k in names}
-    chunks = [c for r in results for c in _chunks(r) if c[0]]
-    row_pos = None
+    parts = [*(blocks or []), order_rows(results)]
+    row_state = np.concatenate([b.row_state for b in parts])
     if row_state.shape[0] > 1 and (np.diff(row_state) < 0).any():
-        order = np.argsort(row_state, kind="stable")  # every partition's rows are in increasing global id already
-        row_state, row_action, counts = row_state[order], row_action[order], counts[order]
-        rewards = {k: v[order] for k, v in rewards.items()}
-        row_pos = np.empty(order.shape[0], dtype=np.int64)
-        row_pos[order] = np.arange(order.shape[0], dtype=np.int64)  # global row of each (partition, row)
-        del order
+        raise AssertionError("the row blocks are not in global order")
+    counts = np.concatenate([b.counts for b in parts])
     offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    if row_pos is not None:
-        chunks = [(counts.shape[0], *_place(chunks, row_pos, counts, offsets))]
+    chunks = [c for b in parts for c in b.chunks]
     return Explored(
-        keys=keys, loop=loop, deadlock=deadlock, row_state=row_state, row_action=row_action, branch_offsets=offsets,
+        keys=keys, loop=loop, deadlock=deadlock, row_state=row_state,
+        row_action=np.concatenate([b.row_action for b in parts]), branch_offsets=offsets,
         target_chunks=[c[1] for c in chunks], prob_chunks=[c[2] for c in chunks],
-        chunk_rows=np.array([c[0] for c in chunks], dtype=np.int64), rewards=rewards,
+        chunk_rows=np.array([c[0] for c in chunks], dtype=np.int64),
+        rewards={k: np.concatenate([b.rewards[k] for b in parts]) for k in parts[-1].rewards},
         initial=np.arange(n_initial, dtype=np.int64), merged=merged,
     )
 
@@ -633,6 +681,12 @@ class _RayRun:
         self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.policy_calls = 0
         self.restarts = 0
         self.frontier = 0
+        # Without a checkpoint the rows come to the driver level by level: each level's are taken from the actors
+        # (``taken``: their refs) and placed in global order while the actors run the next level (``blocks``).
+        self.stream = checkpoint is None
+        self.taken: list[Any] = []
+        self.blocks: list[RowBlock] = []
+        self.absorb_s = 0.0
 
     # -- actors ------------------------------------------------------------------------------------------------
 
@@ -796,10 +850,14 @@ class _RayRun:
         """One breadth-first level on every actor; True at the fixpoint."""
         actors, w = self.actors, self.workers
         if w == 1:  # a lone actor numbers its new states itself: one call per level
-            stored = self.get([actors[0].level_solo.remote(self.depth + 1, self.n)])
+            ref = actors[0].level_solo.remote(self.depth + 1, self.n)
+            self.absorb()
+            stored = self.get([ref])
             new = stored[0]["new"]
         else:
             new, stored = self.exchange()
+        if self.stream:  # this level's rows, placed during the next level (an actor runs its calls in order)
+            self.taken = [a.take.remote() for a in actors]
         self.depth += 1
         self.n += new
         self.frontier = new
@@ -828,6 +886,7 @@ class _RayRun:
         actors, w = self.actors, self.workers
         sent = [a.expand.options(num_returns=w).remote() for a in actors]
         sent = [s if isinstance(s, list) else [s] for s in sent]
+        self.absorb()  # the last level's rows, while the actors expand
         news = self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)]) for o in range(w)])
         occ = np.concatenate(news)
         tag = np.concatenate([np.full(x.shape[0], o, dtype=np.int64) for o, x in enumerate(news)])
@@ -840,15 +899,29 @@ class _RayRun:
                            for s in range(w)])
         return int(occ.shape[0]), stored
 
+    def absorb(self) -> None:
+        """Place the rows taken from the actors after the last level (:meth:`PartitionActor.take`)."""
+        if not self.taken:
+            return
+        t = time.perf_counter()
+        pieces = [p for p in self.get(self.taken) if p["counts"].shape[0]]
+        self.taken = []
+        if pieces:
+            self.blocks.append(order_rows(pieces))
+        self.absorb_s += time.perf_counter() - t
+
     def finish(self) -> Explored:
+        self.absorb()
         if self.ckpt is not None:
             stats = self.get([a.result.remote(rows=False) for a in self.actors])
             out = gather(self.ckpt.results(), self.n_initial)
         else:
             stats = results = self.get([a.result.remote() for a in self.actors])
-            out = gather(results, self.n_initial, merged=True)  # the actors merged their rows (_keep)
+            # the actors merged their rows (_keep)
+            out = gather(results, self.n_initial, merged=True, blocks=self.blocks)
+            self.blocks = []
             del results
         out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "policy_calls": self.policy_calls,
-                          "restarts": self.restarts})
+                          "restarts": self.restarts, "place_s": self.absorb_s})
         out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(stats, self.info, strict=True)]
         return out
