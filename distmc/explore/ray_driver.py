@@ -87,7 +87,7 @@ def _first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, 
     """:func:`~distmc._internal.jit.first_occurrences` with the shift of ``occ``, also without numba."""
     if HAVE_NUMBA:
         return first_occurrences(uid, size0, branch_offsets, row_state, source, OCC_SHIFT)
-    pos = np.flatnonzero(uid >= size0)  # pragma: no cover - exercised only without numba
+    pos = np.flatnonzero(uid >= size0)  # without numba (tests/test_jit.py checks it against the compiled pass)
     ids = uid[pos]
     pos = pos[ids > np.maximum.accumulate(np.concatenate([[size0 - 1], ids]))[:-1]]  # a new id's first place
     counts = np.diff(branch_offsets)
@@ -424,8 +424,7 @@ class PartitionActor:
             "targets": [r[3] for r in self.rows],
             "prob": [r[4] for r in self.rows],
             "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
-            "rewards": {n: cat([r[n] for r in self.rewards]) for n in self.parts.reward_names} if self.rewards
-            else {n: np.zeros(0) for n in self.parts.reward_names},
+            "rewards": {n: cat([r[n] for r in self.rewards]) for n in (self.rewards[0] if self.rewards else {})},
         }
 
     def result(self, rows: bool = True) -> dict[str, Any]:
@@ -480,11 +479,11 @@ def order_rows(pieces: list[dict[str, Any]]) -> RowBlock:
     from a checkpoint), the chunks are handed on as they are, without a copy: read-only views of Ray's object
     store or of the files. Else every row is copied once to its global position (one chunk).
     """
-    names = list(pieces[0]["rewards"]) if pieces else []
+    names = next((list(r["rewards"]) for r in pieces if r["counts"].shape[0]), [])
     row_state = np.concatenate([r["row_state"] for r in pieces]) if pieces else np.zeros(0, dtype=np.int64)
     row_action = np.concatenate([r["row_action"] for r in pieces]) if pieces else np.zeros(0, dtype=np.int64)
     counts = np.concatenate([r["counts"] for r in pieces]) if pieces else np.zeros(0, dtype=np.int64)
-    rewards = {k: np.concatenate([r["rewards"][k] for r in pieces]) for k in names}
+    rewards = {k: np.concatenate([r["rewards"].get(k, np.zeros(0)) for r in pieces]) for k in names}
     chunks = [c for r in pieces for c in _chunks(r) if c[0]]
     if row_state.shape[0] > 1 and (np.diff(row_state) < 0).any():
         order = np.argsort(row_state, kind="stable")  # every piece's rows are in increasing global id already
@@ -526,12 +525,13 @@ def gather(results: list[dict[str, Any]], n_initial: int, merged: bool = False,
     offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     chunks = [c for b in parts for c in b.chunks]
+    names = next((list(b.rewards) for b in parts if b.row_state.shape[0]), [])  # a part without rows may lack them
     return Explored(
         keys=keys, loop=loop, deadlock=deadlock, row_state=row_state,
         row_action=np.concatenate([b.row_action for b in parts]), branch_offsets=offsets,
         target_chunks=[c[1] for c in chunks], prob_chunks=[c[2] for c in chunks],
         chunk_rows=np.array([c[0] for c in chunks], dtype=np.int64),
-        rewards={k: np.concatenate([b.rewards[k] for b in parts]) for k in parts[-1].rewards},
+        rewards={k: np.concatenate([b.rewards.get(k, np.zeros(0)) for b in parts]) for k in names},
         initial=np.arange(n_initial, dtype=np.int64), merged=merged,
     )
 

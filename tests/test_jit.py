@@ -1,0 +1,75 @@
+"""The compiled helpers of the explorers and the Ray driver against plain numpy versions of the same thing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distmc._internal.jit import HAVE_NUMBA, first_occurrences
+from distmc.explore.visited import VisitedSet
+
+pytestmark = pytest.mark.skipif(not HAVE_NUMBA, reason="the compiled helpers need numba")
+
+
+def _random_batch(rng: np.random.Generator, states: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A batch of ``states`` source states with 0-3 rows of 1-6 branches each, successor keys from a small range."""
+    rows_per_state = rng.integers(0, 4, size=states)
+    row_state = np.repeat(np.arange(states, dtype=np.int64), rows_per_state)
+    counts = rng.integers(1, 7, size=row_state.shape[0])
+    offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    keys = rng.integers(0, 60, size=int(offsets[-1])).astype(np.uint64)
+    source = rng.permutation(1000)[:states].astype(np.int64)  # the states' global ids
+    return row_state, offsets, keys, source
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_first_occurrences_against_a_loop(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    seen = VisitedSet(np.dtype(np.uint64))
+    seen.insert(rng.integers(0, 60, size=10).astype(np.uint64))  # ids from an earlier batch of the level
+    row_state, offsets, keys, source = _random_batch(rng, 40)
+    size0 = seen.size
+    uid, _ = seen.insert(keys)
+    got, widest = first_occurrences(uid, size0, offsets, row_state, source, 20)
+    # the brute force: walk the branches; a new id is first met where it has not been met before
+    want, met, index_max = [], set(), 0
+    state_start = {}
+    for r in range(row_state.shape[0]):
+        state_start.setdefault(int(row_state[r]), int(offsets[r]))
+    for r in range(row_state.shape[0]):
+        s = int(row_state[r])
+        for j in range(int(offsets[r]), int(offsets[r + 1])):
+            i = int(uid[j])
+            if i >= size0 and i not in met:
+                met.add(i)
+                want.append((int(source[s]) << 20) + j - state_start[s])
+                index_max = max(index_max, j - state_start[s])
+    assert got.tolist() == want
+    assert len(want) == seen.size - size0 and widest == index_max
+
+
+def test_visited_set_clear_keeps_numbering_from_zero() -> None:
+    for dtype in (np.dtype(np.uint64), np.dtype("V16")):
+        s = VisitedSet(dtype)
+        keys = np.arange(2000, dtype=np.uint64).view(np.uint8).reshape(2000, 8)
+        keys = np.ascontiguousarray(np.tile(keys, (1, dtype.itemsize // 8))).view(dtype).reshape(-1)
+        ids, new = s.insert(keys[::-1])
+        assert s.size == 2000 and ids.tolist() == list(range(2000))
+        s.clear()
+        assert s.size == 0 and s.lookup(keys[:3]).tolist() == [-1, -1, -1]
+        ids, new = s.insert(keys[5:8])
+        assert ids.tolist() == [0, 1, 2] and new.shape[0] == 3 and s.keys_by_id().tolist() == keys[5:8].tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_first_occurrences_numpy_fallback_agrees(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from distmc.explore import ray_driver
+
+    rng = np.random.default_rng(seed)
+    row_state, offsets, keys, source = _random_batch(rng, 50)
+    uid, _ = VisitedSet(np.dtype(np.uint64)).insert(keys)
+    compiled = ray_driver._first_occurrences(uid, 0, offsets, row_state, source)
+    monkeypatch.setattr(ray_driver, "HAVE_NUMBA", False)
+    fallback = ray_driver._first_occurrences(uid, 0, offsets, row_state, source)
+    assert compiled[0].tolist() == fallback[0].tolist() and compiled[1] == fallback[1]
