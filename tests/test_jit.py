@@ -73,3 +73,39 @@ def test_first_occurrences_numpy_fallback_agrees(seed: int, monkeypatch: pytest.
     monkeypatch.setattr(ray_driver, "HAVE_NUMBA", False)
     fallback = ray_driver._first_occurrences(uid, 0, offsets, row_state, source)
     assert compiled[0].tolist() == fallback[0].tolist() and compiled[1] == fallback[1]
+
+
+@pytest.mark.parametrize("writeable", [True, False])
+def test_merge_rows_against_numpy(writeable: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows with duplicate targets, merged in parallel (in place, or from read-only arrays) as numpy merges them."""
+    from distmc._internal.jit import merge_rows
+    from distmc.assemble import reducer
+
+    rng = np.random.default_rng(7)
+    counts = rng.integers(0, 30, size=5000)
+    offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    targets = rng.integers(0, 25, size=int(offsets[-1])).astype(np.int64)  # many duplicates per row
+    prob = rng.random(int(offsets[-1]))
+    # the reference: each row's targets in increasing order, each probability the sum in arrival order
+    want_t: list[int] = []
+    want_p: list[float] = []
+    want_off = [0]
+    for r in range(counts.shape[0]):
+        sums: dict[int, float] = {}
+        for j in range(int(offsets[r]), int(offsets[r + 1])):
+            sums[int(targets[j])] = sums.get(int(targets[j]), 0.0) + float(prob[j])
+        want_t += sorted(sums)
+        want_p += [sums[k] for k in sorted(sums)]
+        want_off.append(len(want_t))
+    t, p = targets.copy(), prob.copy()
+    if not writeable:
+        t.flags.writeable = p.flags.writeable = False
+    got = merge_rows(offsets, t, p)
+    assert got[0].tolist() == want_off and got[1].tolist() == want_t
+    assert got[2].tolist() == want_p  # the same sums in the same order: the same bits
+    assert writeable == (got[1].base is t or got[1] is t)  # in place only when it may write
+    monkeypatch.setattr(reducer, "HAVE_NUMBA", False)  # the numpy version (reduceat may sum in another order)
+    np_off, np_t, np_p = reducer._merge_rows(offsets, targets, prob, 25)
+    assert np.array_equal(np_off, got[0]) and np.array_equal(np_t, got[1])
+    np.testing.assert_allclose(np_p, got[2], rtol=1e-14)

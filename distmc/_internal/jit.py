@@ -3,7 +3,8 @@
 Why numba here: the numpy versions sort the whole batch (``np.unique``, a stable ``argsort`` of composite keys),
 O(T log T) over every transition; measured on avoid.prism 7x7 they took most of exploration and assembly time
 once the kernel was compiled. A hash table is O(1) per lookup, and rows are short, so sorting each row on its own
-is cheap. Results are identical to the numpy versions (same ids, same order of summation).
+is cheap. Results are those of the numpy versions: the same ids, rows and targets; a row's duplicate probabilities
+are added in arrival order (numpy's ``add.reduceat`` may group the sum otherwise, so its last bit can differ).
 """
 
 from __future__ import annotations
@@ -25,25 +26,22 @@ _EMPTY = np.int64(-1)
 if HAVE_NUMBA:
     _jit = _nb.njit(cache=True, nogil=True)
 
-    @_jit
-    def _merge_rows_jit(offsets, src_t, src_p, targets, prob):
-        # Row r is sorted and merged into targets/prob[w:]. In place (src is the output): w never passes the row's
-        # own start and a row is read before it is written, so no second array of T entries is needed (the
-        # reducer's peak memory is one copy of the transitions).
-        n_rows = offsets.shape[0] - 1
-        out_off = np.zeros(n_rows + 1, np.int64)
-        w = 0
-        for r in range(n_rows):
+    @_nb.njit(cache=True, nogil=True, parallel=True)
+    def _merge_rows_jit(offsets, src_t, src_p, targets, prob, counts):
+        # Row r is sorted and merged into targets/prob[offsets[r]:], its own place (rows in parallel: they touch
+        # only their own entries; measured 2.1x on 2 threads, avoid 8x8); counts[r]: its merged length. In place
+        # when src is the output: a row is copied out before it is written.
+        for r in _nb.prange(offsets.shape[0] - 1):
             a, b = offsets[r], offsets[r + 1]
             if b - a == 1:
-                targets[w] = src_t[a]
-                prob[w] = src_p[a]
-                w += 1
+                targets[a] = src_t[a]
+                prob[a] = src_p[a]
+                counts[r] = 1
             elif b > a:
                 seg_t = src_t[a:b].copy()
                 seg_p = src_p[a:b].copy()
                 order = np.argsort(seg_t, kind="mergesort")  # stable: duplicates add up in arrival order
-                last = -1
+                w, last = a, -1
                 for i in range(b - a):
                     t = seg_t[order[i]]
                     if t == last:
@@ -53,6 +51,22 @@ if HAVE_NUMBA:
                         prob[w] = seg_p[order[i]]
                         last = t
                         w += 1
+                counts[r] = w - a
+            else:
+                counts[r] = 0
+
+    @_jit
+    def _close_rows_jit(offsets, counts, targets, prob):
+        # the merged rows moved down to follow each other (w never passes a row's start: in place, in order)
+        out_off = np.zeros(offsets.shape[0], np.int64)
+        w = 0
+        for r in range(offsets.shape[0] - 1):
+            a, c = offsets[r], counts[r]
+            if w != a:
+                for i in range(c):
+                    targets[w + i] = targets[a + i]
+                    prob[w + i] = prob[a + i]
+            w += c
             out_off[r + 1] = w
         return out_off, w
 
@@ -153,7 +167,10 @@ def merge_rows(offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray) -> tu
     src_t, src_p = targets, prob
     if not (targets.flags.writeable and prob.flags.writeable):
         targets, prob = np.empty_like(src_t), np.empty_like(src_p)
-    out_off, w = _merge_rows_jit(np.ascontiguousarray(offsets, dtype=np.int64), src_t, src_p, targets, prob)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    counts = np.empty(offsets.shape[0] - 1, dtype=np.int64)
+    _merge_rows_jit(offsets, src_t, src_p, targets, prob, counts)
+    out_off, w = _close_rows_jit(offsets, counts, targets, prob)
     return out_off, targets[:w], prob[:w]
 
 
