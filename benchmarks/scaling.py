@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None,
                     help="compiled-kernel threads per Ray worker, and of the in-process reference run (default: "
                          "the in-process run uses every core, a worker the cores divided by the workers)")
+    ap.add_argument("--policy-servers", type=int, default=0,
+                    help="0: a policy replica in every worker; N: N policy-server actors (one GPU each where there "
+                         "are GPUs) serve the workers; compare the two on a GPU machine")
     ap.add_argument("--checker", default="native",
                     help="checker of every run (the exploration is what is timed; native is the quicker check)")
     ap.add_argument("--plot", default=None, help="write a PNG here")
@@ -88,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             if local is None or _driver_s(lr) < _driver_s(local):
                 local = lr
             t0 = time.perf_counter()
-            r = verify(a.model, a.prop, workers=w, driver="ray", threads_per_worker=a.threads, **kw)
+            r = verify(a.model, a.prop, workers=w, driver="ray", threads_per_worker=a.threads,
+                       policy_servers=a.policy_servers, **kw)
             r.timings["wall_s"] = time.perf_counter() - t0
             first = first or r
             if best is None or r.timings["explore_s"] < best.timings["explore_s"]:
@@ -101,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{Path(a.model).name} {a.const}  {a.prop}; {local.states} states, {local.transitions} transitions; "
           f"packed key {key_bytes} bytes")
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
-          f"in-process driver: explore {local.timings['explore_s']:.2f} s, + assemble {_driver_s(local):.2f} s; threads per worker: {a.threads or 'cores / workers'}")
+          f"in-process driver: explore {local.timings['explore_s']:.2f} s, + assemble {_driver_s(local):.2f} s; "
+          f"threads per worker: {a.threads or 'cores / workers'}; "
+          f"policy servers: {a.policy_servers or 'none (a replica per worker)'}")
     print()
     print("| workers | explore s | states/s | speedup | efficiency | explore + assemble s | vs in-process | first run s | first vs in-process "
           "| bytes/state | bytes/key | balance (max/mean) | expand s | lookup s | store s | start-up s | levels s "

@@ -156,6 +156,7 @@ def verify(
     progress: Callable[[dict[str, float]], None] | None = None,
     gpus_per_worker: float | None = None,
     threads_per_worker: int | None = None,
+    policy_servers: int = 0,
     export_path: str | Path | None = None,
     keep_model: bool = False,
     trust_policy: bool = False,
@@ -190,6 +191,8 @@ def verify(
             over the workers, at most one each; 0: policies on the CPU).
         threads_per_worker: Ray driver: the compiled kernels' threads in each worker (None: the cluster's CPUs
             divided by the workers, at least one).
+        policy_servers: Ray driver: 0, every worker loads its own policy replica; S > 0, S policy-server actors
+            (one GPU each where the cluster has them) evaluate the policy for the workers.
         export_path: also write the induced model (``.umb`` or ``.drn``).
         keep_model: also return the :class:`InducedModel`.
         trust_policy: allow policy formats whose loading runs code stored in the file (SB3 ``.zip``).
@@ -204,6 +207,8 @@ def verify(
     """
     if workers < 1:
         raise DistmcError(f"--workers must be at least 1, not {workers}")
+    if policy_servers < 0:
+        raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
     if checker not in ("auto", "storm", "native"):
         raise DistmcError(f"--checker must be auto, storm or native, not '{checker}'")
     if not 0.0 <= threshold < 1.0:
@@ -221,11 +226,14 @@ def verify(
         ckpt = Checkpoint.open(resume)
         job = _resumed_job(ckpt.job, job, model_path, prop)
     if driver is None:
-        driver = "local" if workers == 1 and address is None and resume is None and checkpoint_dir is None else "ray"
+        driver = ("local" if workers == 1 and address is None and resume is None and checkpoint_dir is None
+                  and not policy_servers else "ray")
     if driver not in ("local", "ray"):
         raise DistmcError(f"--driver must be 'local' or 'ray', not '{driver}'")
     if driver == "local" and workers != 1:
         raise DistmcError("the local driver runs one partition: use --driver ray for --workers > 1")
+    if driver == "local" and policy_servers:
+        raise DistmcError("policy servers serve Ray workers: use --driver ray (or leave --driver out)")
     if driver == "local" and (checkpoint_dir is not None or resume is not None):
         raise DistmcError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
     parts = job.build(explorer=driver == "local")
@@ -240,7 +248,8 @@ def verify(
 
         explored = explore_ray(job, codec, codec.pack(model.initial_states), workers, address=address,
                                limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker,
-                               threads_per_worker=threads_per_worker)
+                               threads_per_worker=threads_per_worker,
+                               policy_servers=policy_servers if parts.uses_policy else 0)
     t2 = time.perf_counter()
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)

@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-worker", type=float, default=None,
                      help="Ray driver: GPU share per worker for its policy replica (default: the cluster's GPUs "
                           "split over the workers, at most 1 each; 0: CPU only)")
+    run.add_argument("--policy-servers", type=int, default=0,
+                     help="Ray driver: 0 (default) gives every worker its own policy replica; N > 0 starts N policy "
+                          "servers (one GPU each where the cluster has them) that evaluate the policy for the workers")
     run.add_argument("--threads-per-worker", type=int, default=None,
                      help="Ray driver: compiled-kernel threads per worker (default: the cluster's CPUs divided by "
                           "the workers, at least 1)")
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress=progress,
                 gpus_per_worker=args.gpus_per_worker,
                 threads_per_worker=args.threads_per_worker,
+                policy_servers=args.policy_servers,
                 export_path=args.export,
                 trust_policy=args.trust_policy,
                 checker=args.checker,

@@ -34,10 +34,11 @@ class Job:
     resolve: str = "none"
     trust_policy: bool = False
 
-    def build(self, *, explorer: bool = True) -> Parts:
+    def build(self, *, explorer: bool = True, policy: Policy | None = None) -> Parts:
         """Parse the model and property; with ``explorer``, also load the policy and compile the kernel.
 
         The Ray driver's own process only routes and assembles (``explorer=False``); its actors explore.
+        ``policy``: use this policy instead of loading the job's (a Ray worker's stand-in for a policy server).
         """
         if self.mode not in MODES:
             raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
@@ -48,7 +49,9 @@ class Job:
         codec = StateCodec(model.lo, model.hi)
         if not explorer:
             return Parts(model, spec, codec, None, needs_policy, reward_names)
-        pol = load_policy(self.policy, model, self.interface, trust=self.trust_policy) if needs_policy else None
+        pol = None
+        if needs_policy:
+            pol = policy or load_policy(self.policy, model, self.interface, trust=self.trust_policy)
         expander = Expander(
             model, Kernel(model, codec), codec, pol, self.mode, terminal=spec.terminal_mask,
             threshold=self.threshold, resolve=self.resolve, reward_names=reward_names,

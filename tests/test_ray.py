@@ -120,3 +120,29 @@ def test_kept_workers_run_the_next_jobs() -> None:
     release_workers()
     r = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, driver="ray")
     assert not set(pids) & {w["pid"] for w in r.worker_stats}
+
+
+@pytest.mark.parametrize(("workers", "servers"), [(2, 1), (3, 2)])
+def test_policy_servers_build_the_identical_model(workers: int, servers: int) -> None:
+    """Workers whose policy is evaluated by policy-server actors build the model a replica per worker builds."""
+    examples = EXAMPLE.parent
+    kw = dict(constants="N=6", policy=str(examples / "gridworld_policy.pt"),
+              interface=examples / "gridworld_policy.json", keep_model=True)
+    ref = verify(EXAMPLE, 'P=? [F "crash"]', **kw)
+    got = verify(EXAMPLE, 'P=? [F "crash"]', workers=workers, policy_servers=servers, **kw)
+    assert isinstance(ref, tuple) and isinstance(got, tuple)
+    (r0, m0), (r, m) = ref, got
+    assert r.driver == "ray" and (r.states, r.transitions, r.policy_states) == (r0.states, r0.transitions,
+                                                                               r0.policy_states)
+    assert r.result == r0.result
+    for f in FIELDS:
+        assert np.array_equal(getattr(m, f), getattr(m0, f)), f
+
+
+def test_policy_servers_need_the_ray_driver() -> None:
+    from distmc.errors import DistmcError
+
+    with pytest.raises(DistmcError, match="policy servers serve Ray workers"):
+        verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", driver="local", policy_servers=1)
+    with pytest.raises(DistmcError, match="--policy-servers must be 0 or more"):
+        verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, policy_servers=-1)

@@ -129,25 +129,36 @@ class PartitionActor:
     """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows."""
 
     def __init__(self, job: Job, rank: int, workers: int, batch_states: int, threads: int,
-                 checkpoint_dir: str | None = None, limits: Limits | None = None, start: float | None = None) -> None:
+                 checkpoint_dir: str | None = None, limits: Limits | None = None, start: float | None = None,
+                 server: tuple[Any, dict[str, Any]] | None = None) -> None:
         try:  # one node's cores are shared by the actors on it
             import numba
 
             numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
         except ImportError:  # pragma: no cover
             pass
-        self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start)
+        self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start, server)
         VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
 
     def setup(self, job: Job, rank: int, workers: int, batch_states: int, checkpoint_dir: str | None = None,
-              limits: Limits | None = None, start: float | None = None) -> None:
+              limits: Limits | None = None, start: float | None = None,
+              server: tuple[Any, dict[str, Any]] | None = None) -> None:
         """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
 
         A kept actor given the same job again, with the same file contents, reuses the parts it built for it.
+        ``server``: a :class:`~distmc.explore.policy_server.PolicyServer` (handle, description) that evaluates the
+        policy for this worker, which then loads none.
         """
-        stamp = _job_stamp(job)
+        stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server
         built = self.__dict__.get("built")
-        self.parts = built[1] if stamp is not None and built is not None and built[0] == stamp else job.build()
+        if stamp is not None and built is not None and built[0] == stamp:
+            self.parts = built[1]
+        elif server is not None:
+            from distmc.explore.policy_server import RemotePolicy
+
+            self.parts = job.build(policy=RemotePolicy(*server))
+        else:
+            self.parts = job.build()
         self.built: tuple[Any, Any] | None = (stamp, self.parts)
         assert self.parts.expander is not None
         self.expander = self.parts.expander
@@ -616,6 +627,7 @@ def explore_ray(
     gpus_per_worker: float | None = None,
     keep_workers: bool = True,
     threads_per_worker: int | None = None,
+    policy_servers: int = 0,
 ) -> Explored:
     """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
@@ -636,6 +648,9 @@ def explore_ray(
         keep_workers: after a successful run, keep the actors (emptied) for the next run of the same shape in
             this process, which then skips their start-up (:func:`release_workers` ends them); a failed run's
             actors always end.
+        policy_servers: 0: every actor loads its own policy replica; S > 0: S policy-server actors each load one
+            (a GPU each where the cluster has them) and serve the workers' batches
+            (:mod:`distmc.explore.policy_server`).
         threads_per_worker: numba threads of each actor (None: the cluster's CPUs divided by the workers, at least
             one; so a lone actor on this machine uses every core, and W actors one core each when W >= cores).
     """
@@ -650,8 +665,10 @@ def explore_ray(
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     if threads_per_worker is not None and threads_per_worker < 1:
         raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
+    if policy_servers < 0:
+        raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
     run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker,
-                  threads_per_worker)
+                  threads_per_worker, policy_servers)
     try:
         out = run.run(initial_keys, max_restarts)
     except BaseException:
@@ -669,8 +686,11 @@ class _RayRun:
 
     def __init__(self, ray: Any, job: Job, codec: StateCodec, workers: int, batch_states: int, limits: Limits,
                  checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
-                 gpus_per_worker: float | None = None, threads_per_worker: int | None = None) -> None:
+                 gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
+                 policy_servers: int = 0) -> None:
         self.ray, self.job, self.codec, self.workers = ray, job, codec, workers
+        self.policy_servers = policy_servers
+        self.servers: list[Any] = []
         self.gpus_per_worker, self.threads_per_worker = gpus_per_worker, threads_per_worker
         self.batch_states, self.limits, self.ckpt, self.progress = batch_states, limits, checkpoint, progress
         self.start = time.time()
@@ -700,28 +720,55 @@ class _RayRun:
         gpus = float(sum(n["Resources"].get("GPU", 0) for n in alive))
         threads = self.threads_per_worker or max(1, cpus // w)
         opts: dict[str, Any] = {"num_cpus": 1 if cpus >= w else 0, "scheduling_strategy": "SPREAD"}
-        share = gpu_share(gpus, w, self.gpus_per_worker)
+        served = self.start_servers(gpus)
+        share = 0.0 if served else gpu_share(gpus, w, self.gpus_per_worker)  # served workers load no network
         if share:
             opts["num_gpus"] = share
         ckdir = None if self.ckpt is None else str(self.ckpt.directory)
-        self.key = (ray.get_runtime_context().get_job_id(), w, threads, repr(sorted(opts.items())))
-        if self.reuse(ckdir):
+        self.key = (ray.get_runtime_context().get_job_id(), w, threads, repr(sorted(opts.items())), len(served))
+        if self.reuse(ckdir, served):
             return
         actor_cls = ray.remote(**opts)(PartitionActor)
-        self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start)
+        self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start,
+                                        served[r % len(served)] if served else None)
                        for r in range(w)]
+        self.info = self.started([a.ready.remote() for a in self.actors], f"the {w} workers", "a worker")
+
+    def start_servers(self, gpus: float) -> list[tuple[Any, dict[str, Any]]]:
+        """Start this run's policy servers (none unless ``policy_servers``); (handle, description) of each."""
+        from distmc.explore.policy_server import PolicyServer
+
+        self.kill_servers()
+        s = self.policy_servers
+        if not s:
+            return []
+        opts: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}  # mostly waiting, or on the GPU
+        share = gpu_share(gpus, s, self.gpus_per_worker)
+        if share:
+            opts["num_gpus"] = share
+        self.servers = [self.ray.remote(**opts)(PolicyServer).remote(self.job) for _ in range(s)]
+        infos = self.started([x.describe.remote() for x in self.servers], f"the {s} policy servers", "a policy server")
+        return list(zip(self.servers, infos, strict=True))
+
+    def started(self, refs: list[Any], all_of: str, one: str) -> list[Any]:
+        """The answers of newly started actors, or one clear error (resources missing, or the actor's own)."""
+        ray = self.ray
         try:
-            self.info = ray.get([a.ready.remote() for a in self.actors], timeout=START_TIMEOUT_S)
+            return list(ray.get(refs, timeout=START_TIMEOUT_S))
         except ray.exceptions.GetTimeoutError:
-            raise WorkerError(f"the {w} workers did not all start within {START_TIMEOUT_S} s: the cluster lacks the "
+            raise WorkerError(f"{all_of} did not all start within {START_TIMEOUT_S} s: the cluster lacks the "
                               f"resources for them (see `ray status`)") from None
         except Exception as exc:  # an actor failed to build its parts: report the cause, not Ray's wrapper
             cause = getattr(exc, "cause", None) or exc
             if isinstance(cause, DistmcError):
                 raise cause from None
-            raise WorkerError(f"a worker could not start: {type(cause).__name__}: {cause}") from exc
+            raise WorkerError(f"{one} could not start: {type(cause).__name__}: {cause}") from exc
 
-    def reuse(self, ckdir: str | None) -> bool:
+    def kill_servers(self) -> None:
+        _kill(self.servers)
+        self.servers = []
+
+    def reuse(self, ckdir: str | None, served: list[tuple[Any, dict[str, Any]]]) -> bool:
         """Take the kept actors if they have this run's shape and answer (else end them); True if taken."""
         kept = _kept.pop("run", None)
         if kept is None:
@@ -730,7 +777,8 @@ class _RayRun:
         if key == self.key:
             ray = self.ray
             try:
-                ray.get([a.setup.remote(self.job, r, self.workers, self.batch_states, ckdir, self.limits, self.start)
+                ray.get([a.setup.remote(self.job, r, self.workers, self.batch_states, ckdir, self.limits, self.start,
+                                        served[r % len(served)] if served else None)
                          for r, a in enumerate(actors)], timeout=START_TIMEOUT_S)
                 self.info = ray.get([a.ready.remote() for a in actors], timeout=START_TIMEOUT_S)
                 self.actors = actors
@@ -746,10 +794,12 @@ class _RayRun:
             a.release.remote()
         _kept["run"] = (self.key, self.actors)
         self.actors = []
+        self.kill_servers()  # a next run starts its own (its job may name another policy)
 
     def kill(self) -> None:
         _kill(self.actors)
         self.actors = []
+        self.kill_servers()
 
     def get(self, refs: Any) -> Any:
         """``ray.get``, with a lost worker as :class:`_WorkerLost` and a worker's own error as itself."""
