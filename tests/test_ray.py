@@ -139,6 +139,22 @@ def test_policy_servers_build_the_identical_model(workers: int, servers: int) ->
         assert np.array_equal(getattr(m, f), getattr(m0, f)), f
 
 
+def test_policy_servers_are_kept_for_the_same_job() -> None:
+    from distmc.explore import ray_driver
+
+    examples = EXAMPLE.parent
+    kw = dict(constants="N=4", policy=str(examples / "gridworld_policy.pt"),
+              interface=examples / "gridworld_policy.json", workers=2, policy_servers=1)
+    ids = []
+    for prop in ('P=? [F "crash"]', 'P=? [F "crash"]', 'P=? [F "goal"]'):
+        r = verify(EXAMPLE, prop, **kw)
+        assert r.result is not None
+        ids.append([a._actor_id for a in ray_driver._kept["servers"][1]])
+    assert ids[0] == ids[1] and ids[1] != ids[2]  # the same job reuses its servers, another job gets new ones
+    ray_driver.release_workers()
+    assert "servers" not in ray_driver._kept and "run" not in ray_driver._kept
+
+
 def test_policy_servers_need_the_ray_driver() -> None:
     from distmc.errors import DistmcError
 

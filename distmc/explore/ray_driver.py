@@ -588,14 +588,16 @@ def gpu_share(gpus: float, workers: int, requested: float | None = None) -> floa
 
 #: The actors of the last finished run, kept idle for the next run of the same shape (same Ray job, worker count,
 #: resources and threads): a new actor costs its process, its imports and numba's start, a kept one only its parts.
+#: Its policy servers (``"servers"``) are kept for a next run of the same job with files of the same content.
 _kept: dict[str, tuple[tuple[Any, ...], list[Any]]] = {}
 
 
 def release_workers() -> None:
     """End the actors kept from the last run (they also end with this process, or with ``ray.shutdown()``)."""
-    kept = _kept.pop("run", None)
-    if kept is not None:
-        _kill(kept[1])
+    for what in ("run", "servers"):
+        kept = _kept.pop(what, None)
+        if kept is not None:
+            _kill(kept[1])
 
 
 def _kill(actors: list[Any]) -> None:
@@ -691,6 +693,7 @@ class _RayRun:
         self.ray, self.job, self.codec, self.workers = ray, job, codec, workers
         self.policy_servers = policy_servers
         self.servers: list[Any] = []
+        self.servers_key: tuple[Any, ...] = ()
         self.gpus_per_worker, self.threads_per_worker = gpus_per_worker, threads_per_worker
         self.batch_states, self.limits, self.ckpt, self.progress = batch_states, limits, checkpoint, progress
         self.start = time.time()
@@ -740,12 +743,26 @@ class _RayRun:
 
         self.kill_servers()
         s = self.policy_servers
+        kept = _kept.pop("servers", None)
         if not s:
+            if kept is not None:
+                _kill(kept[1])
             return []
         opts: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}  # mostly waiting, or on the GPU
         share = gpu_share(gpus, s, self.gpus_per_worker)
         if share:
             opts["num_gpus"] = share
+        stamp = _job_stamp(self.job)
+        self.servers_key = (self.ray.get_runtime_context().get_job_id(), s, repr(sorted(opts.items())), stamp)
+        if kept is not None and stamp is not None and kept[0] == self.servers_key:
+            try:  # the last run's servers, with the same policy loaded
+                infos = self.ray.get([x.describe.remote() for x in kept[1]], timeout=START_TIMEOUT_S)
+                self.servers = kept[1]
+                return list(zip(self.servers, infos, strict=True))
+            except Exception:  # noqa: BLE001 - lost: new ones say why if they cannot start
+                log.info("kept policy servers not reusable; starting new ones")
+        if kept is not None:
+            _kill(kept[1])
         self.servers = [self.ray.remote(**opts)(PolicyServer).remote(self.job) for _ in range(s)]
         infos = self.started([x.describe.remote() for x in self.servers], f"the {s} policy servers", "a policy server")
         return list(zip(self.servers, infos, strict=True))
@@ -794,7 +811,9 @@ class _RayRun:
             a.release.remote()
         _kept["run"] = (self.key, self.actors)
         self.actors = []
-        self.kill_servers()  # a next run starts its own (its job may name another policy)
+        if self.servers:  # for a next run of the same job (another job starts its own)
+            _kept["servers"] = (self.servers_key, self.servers)
+            self.servers = []
 
     def kill(self) -> None:
         _kill(self.actors)
