@@ -209,6 +209,8 @@ def verify(
         raise DistmcError(f"--workers must be at least 1, not {workers}")
     if policy_servers < 0:
         raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
+    if threads_per_worker is not None and threads_per_worker < 1:
+        raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
     if checker not in ("auto", "storm", "native"):
         raise DistmcError(f"--checker must be auto, storm or native, not '{checker}'")
     if not 0.0 <= threshold < 1.0:

@@ -155,10 +155,14 @@ def test_policy_servers_are_kept_for_the_same_job() -> None:
     assert "servers" not in ray_driver._kept and "run" not in ray_driver._kept
 
 
-def test_policy_servers_need_the_ray_driver() -> None:
+def test_ray_options_are_checked() -> None:
     from distmc.errors import DistmcError
 
     with pytest.raises(DistmcError, match="policy servers serve Ray workers"):
         verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", driver="local", policy_servers=1)
     with pytest.raises(DistmcError, match="--policy-servers must be 0 or more"):
         verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, policy_servers=-1)
+    with pytest.raises(DistmcError, match="--threads-per-worker must be at least 1"):
+        verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, threads_per_worker=0)
+    r = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, threads_per_worker=1)
+    assert r.result == verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4").result

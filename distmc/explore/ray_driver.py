@@ -656,6 +656,10 @@ def explore_ray(
         threads_per_worker: numba threads of each actor (None: the cluster's CPUs divided by the workers, at least
             one; so a lone actor on this machine uses every core, and W actors one core each when W >= cores).
     """
+    if threads_per_worker is not None and threads_per_worker < 1:
+        raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
+    if policy_servers < 0:
+        raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
     # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     import ray
@@ -665,10 +669,6 @@ def explore_ray(
         # ray.init() would otherwise join (and which its owner may shut down in the middle of our run).
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    if threads_per_worker is not None and threads_per_worker < 1:
-        raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
-    if policy_servers < 0:
-        raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
     run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker,
                   threads_per_worker, policy_servers)
     try:
