@@ -5,7 +5,7 @@ Ray driver on a local Ray (or ``--address``), and records: exploration time and 
 against one Ray worker, explore + assemble against the in-process driver's (the Ray driver's overhead at one worker;
 the sum, because Ray actors merge their rows while exploring where the in-process reducer merges them in assemble), bytes exchanged per
 state against the packed key size, partition balance (largest partition / mean), and the time split of the
-workers (expand, lookup, store; the rest of the exploration time is exchange and waiting at the barrier) and the
+workers (the busiest's expand, lookup, store, exchange, and the most a worker sat idle in the levels) and the
 driver's split of the exploration time (actor start-up, the levels, gathering the rows into the reducer). It
 writes a Markdown table to stdout and, with ``--plot``, a PNG (matplotlib).
 
@@ -110,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
           f"policy servers: {a.policy_servers or 'none (a replica per worker)'}")
     print()
     print("| workers | explore s | states/s | speedup | efficiency | explore + assemble s | vs in-process | first run s | first vs in-process "
-          "| bytes/state | bytes/key | balance (max/mean) | expand s | lookup s | store s | start-up s | levels s "
-          "| gather s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| bytes/state | bytes/key | balance (max/mean) | expand s | lookup s | store s | exchange s | idle s | start-up s "
+          "| levels s | gather s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     plot = []
     for w, r, r1 in rows:
         t = r.timings["explore_s"]
@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{_driver_s(r1) / _driver_s(local):.2f}x | {sent / r.states:.1f} | {sent / r.states / key_bytes:.2f} | "
               f"{max(states) / (sum(states) / len(states)):.3f} | {max(s['expand_s'] for s in ws):.2f} | "
               f"{max(s['lookup_s'] for s in ws):.2f} | {max(s['store_s'] for s in ws):.2f} | "
+              f"{max(s['exchange_s'] for s in ws):.2f} | {max(s['idle_s'] for s in ws):.2f} | "
               f"{r.timings.get('startup_s', float('nan')):.2f} | {r.timings.get('levels_s', float('nan')):.2f} | "
               f"{r.timings.get('gather_s', float('nan')):.2f} |")
     if a.plot:

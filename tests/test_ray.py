@@ -60,7 +60,10 @@ def test_cli_workers_json(tmp_path: Path) -> None:
                  str(out)]) == 0
     rep = json.loads(out.read_text())
     assert rep["workers"] == 2 and rep["driver"] == "ray" and len(rep["worker_stats"]) == 2
-    assert {"states", "batches", "bytes_sent", "expand_s", "lookup_s", "store_s"} <= set(rep["worker_stats"][0])
+    ws = rep["worker_stats"][0]
+    assert {"states", "batches", "bytes_sent", "expand_s", "lookup_s", "store_s", "exchange_s", "idle_s"} <= set(ws)
+    busy = ws["expand_s"] + ws["lookup_s"] + ws["store_s"] + ws["exchange_s"] + ws["checkpoint_s"] + ws["idle_s"]
+    assert ws["exchange_s"] > 0 and busy >= rep["timings"]["levels_s"] - 1e-9  # idle is what the levels leave
 
 
 def test_kept_workers_rebuild_a_changed_job(tmp_path: Path) -> None:

@@ -191,7 +191,8 @@ class PartitionActor:
         self.cache_gids = np.zeros(0, dtype=np.int64)
         self.known = np.zeros(0, dtype=np.int64)
         self.ukeys = np.zeros(0, dtype=self.codec.dtype)
-        self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "checkpoint_s": 0.0,
+        self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "exchange_s": 0.0,
+                                      "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
                                       "checkpoint_bytes": 0}
 
@@ -328,6 +329,7 @@ class PartitionActor:
             found = table.lookup(ukeys[sel]) if table.size else np.full(sel.shape[0], -1, dtype=np.int64)
             hit = found >= 0
             known[sel[hit]] = gids_of[found[hit]]
+        t_route = time.perf_counter()
         out = []
         self.sent = []  # per owner: the level-unique ids sent to it, in the order sent
         for o in range(self.workers):
@@ -339,13 +341,17 @@ class PartitionActor:
             out.append(batch)
         self.known, self.ukeys = known, ukeys
         self.n_unique = int(ukeys.shape[0])
-        self.stats["expand_s"] += time.perf_counter() - t
+        t_end = time.perf_counter()
+        self.stats["expand_s"] += t_route - t
+        self.stats["exchange_s"] += t_end - t_route  # the per-owner Arrow batches
         return out if self.workers > 1 else out[0]  # Ray: num_returns=1 is one object, not a list of one
 
     def lookup(self, *batches: Any) -> np.ndarray:
         """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it."""
         t = time.perf_counter()
         decoded = [_from_arrow(b, self.codec) for b in batches]
+        self.stats["exchange_s"] += time.perf_counter() - t
+        t = time.perf_counter()
         keys = np.concatenate([k for k, _ in decoded]) if decoded else np.zeros(0, dtype=self.codec.dtype)
         occ = np.concatenate([o for _, o in decoded]) if decoded else np.zeros(0, dtype=np.int64)
         local = self.visited.lookup(keys)  # -1: new to this owner
@@ -366,9 +372,11 @@ class PartitionActor:
 
     def answer(self, new_gids: np.ndarray) -> Any:
         """Owner side: record the new states' global ids; the global ids of the keys each source asked about."""
+        t = time.perf_counter()
         self._grow(self.new_local, new_gids)
         self.frontier = (new_gids, self.new_keys)
         out = [self.gids[ids] for ids in self.asked]
+        self.stats["exchange_s"] += time.perf_counter() - t
         return out if self.workers > 1 else out[0]
 
     def store(self, *answers: np.ndarray, level: int = 0) -> dict[str, int]:
@@ -414,10 +422,12 @@ class PartitionActor:
 
     def take(self) -> dict[str, Any]:
         """The rows kept since the last call, handed over (the driver places them while the next level runs)."""
+        t = time.perf_counter()
         out = self._rows_out()
         self.shipped_transitions += sum(int(r[3].shape[0]) for r in self.rows)
         self.shipped_bytes += self._row_bytes()
         self.rows, self.rewards = [], []
+        self.stats["exchange_s"] += time.perf_counter() - t
         return out
 
     def _row_bytes(self) -> int:
@@ -858,8 +868,11 @@ class _RayRun:
                 break
         t1 = time.perf_counter()
         out = self.finish()
-        out.stats.update(startup_s=self.startup_s, levels_s=t1 - t0 - self.startup_s,
-                         gather_s=time.perf_counter() - t1)
+        levels_s = t1 - t0 - self.startup_s
+        out.stats.update(startup_s=self.startup_s, levels_s=levels_s, gather_s=time.perf_counter() - t1)
+        for ws in out.worker_stats:  # a worker's level time it was not working: at the barriers, or Ray's transfers
+            busy = sum(float(ws.get(k, 0.0)) for k in ("expand_s", "lookup_s", "store_s", "exchange_s", "checkpoint_s"))
+            ws["idle_s"] = max(0.0, levels_s - busy)
         return out
 
     def begin(self, initial_keys: np.ndarray) -> None:
