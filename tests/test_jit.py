@@ -106,6 +106,6 @@ def test_merge_rows_against_numpy(writeable: bool, monkeypatch: pytest.MonkeyPat
     assert got[2].tolist() == want_p  # the same sums in the same order: the same bits
     assert writeable == (got[1].base is t or got[1] is t)  # in place only when it may write
     monkeypatch.setattr(reducer, "HAVE_NUMBA", False)  # the numpy version (reduceat may sum in another order)
-    np_off, np_t, np_p = reducer._merge_rows(offsets, targets, prob, 25)
+    np_off, np_t, np_p = reducer.merge_csr_rows(offsets, targets, prob)
     assert np.array_equal(np_off, got[0]) and np.array_equal(np_t, got[1])
     np.testing.assert_allclose(np_p, got[2], rtol=1e-14)

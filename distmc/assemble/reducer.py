@@ -18,7 +18,7 @@ from distmc.model.expr import CompiledExpr
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 
-__all__ = ["InducedModel", "assemble"]
+__all__ = ["InducedModel", "assemble", "merge_csr_rows"]
 
 #: States decoded at a time when labelling (bounds the memory of the decoded block).
 LABEL_CHUNK = 1 << 18
@@ -77,10 +77,15 @@ class InducedModel:
         return np.concatenate(self.prob_chunks) if self.prob_chunks else np.zeros(0)
 
 
-def _merge_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
-    """Sort each row's branches by target and add up duplicates (in arrival order)."""
+def merge_csr_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Sort each row's branches by target and add up duplicates (in arrival order); in place when it may.
+
+    The compiled :func:`~distmc._internal.jit.merge_rows`, or a numpy version without numba. Returns the merged
+    rows' offsets (from 0), targets and probabilities.
+    """
     if HAVE_NUMBA:
         return merge_rows(row_offsets, targets, prob)
+    n = int(targets.max(initial=-1)) + 1  # the numpy version sorts (row, target) pairs as row * n + target
     r = np.repeat(np.arange(row_offsets.shape[0] - 1, dtype=np.int64), np.diff(row_offsets))
     composite = r * np.int64(n) + targets
     order = np.argsort(composite, kind="stable")
@@ -98,13 +103,13 @@ def _merge_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray, 
 
 
 def _merge_chunks(parts: Explored, n: int) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
-    """:func:`_merge_rows` chunk by chunk (rows never cross a chunk); returns global offsets and merged chunks."""
+    """:func:`merge_csr_rows` chunk by chunk (rows never cross a chunk); returns global offsets and merged chunks."""
     counts = np.empty(parts.branch_offsets.shape[0] - 1, dtype=np.int64)
     t_chunks, p_chunks = [], []
     r0 = 0
     for rows, t, p in zip(parts.chunk_rows.tolist(), parts.target_chunks, parts.prob_chunks, strict=True):
         local = parts.branch_offsets[r0 : r0 + rows + 1] - parts.branch_offsets[r0]
-        off, mt, mp = _merge_rows(local, t, p, n)
+        off, mt, mp = merge_csr_rows(local, t, p)
         counts[r0 : r0 + rows] = np.diff(off)
         t_chunks.append(mt)
         p_chunks.append(mp)

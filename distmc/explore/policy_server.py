@@ -35,10 +35,8 @@ class PolicyServer:
         from distmc.model.program import load_model
         from distmc.policy import load_policy
 
-        self.job = job
         model = load_model(job.model_path, job.constants)
         self.policy = load_policy(job.policy, model, job.interface, trust=job.trust_policy)
-        self.requests = 0
 
     def describe(self) -> dict[str, Any]:
         """What a :class:`RemotePolicy` needs to stand in for the replica."""
@@ -50,12 +48,7 @@ class PolicyServer:
         """The raw outputs for ``states`` ``[B, V]``, and the network calls they took."""
         before = int(getattr(self.policy, "forward_passes", 0))
         out = np.asarray(self.policy.forward(states))
-        self.requests += 1
         return out, int(getattr(self.policy, "forward_passes", 0)) - before
-
-    def stats(self) -> dict[str, Any]:
-        return {"requests": self.requests, "forward_passes": int(getattr(self.policy, "forward_passes", 0)),
-                "seconds": float(getattr(self.policy, "seconds", 0.0))}
 
 
 class RemotePolicy:

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from distmc._internal.jit import HAVE_NUMBA, first_occurrences, place_rows
+from distmc.assemble.reducer import merge_csr_rows
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow
 from distmc.explore.checkpoint import Checkpoint, file_digest, write_level
@@ -95,14 +96,6 @@ def _first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, 
     branch_src = np.repeat(row_state, counts)[pos]
     index = pos - (np.cumsum(per_state) - per_state)[branch_src]
     return (source[branch_src] << OCC_SHIFT) + index, int(index.max(initial=0))
-
-
-def _merge(offsets: np.ndarray, target: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One batch's rows merged (the reducer's :func:`~distmc.assemble.reducer._merge_rows`, in place)."""
-    from distmc.assemble.reducer import _merge_rows
-
-    out_off, out_t, out_p = _merge_rows(offsets - offsets[0], target, prob, int(target.max(initial=-1)) + 1)
-    return out_off, out_t, out_p
 
 
 def _from_arrow(batch: Any, codec: StateCodec) -> tuple[np.ndarray, np.ndarray]:
@@ -292,7 +285,7 @@ class PartitionActor:
         routine, in the same order, so the same bits): the work is spread over the workers, and the reducer takes
         the rows as they come, read-only in Ray's object store, instead of merging them into a copy.
         """
-        offsets, target, prob = _merge(rows.branch_offsets, target, rows.prob)
+        offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob)
         self.rows.append((gids[rows.row_state], rows.row_action, np.diff(offsets), target, prob))
         self.rewards.append(rows.rewards)
         self.flags.append((gids, rows.terminal | rows.deadlock, rows.deadlock))
@@ -660,11 +653,11 @@ def explore_ray(
         keep_workers: after a successful run, keep the actors (emptied) for the next run of the same shape in
             this process, which then skips their start-up (:func:`release_workers` ends them); a failed run's
             actors always end.
+        threads_per_worker: numba threads of each actor (None: the cluster's CPUs divided by the workers, at least
+            one; so a lone actor on this machine uses every core, and W actors one core each when W >= cores).
         policy_servers: 0: every actor loads its own policy replica; S > 0: S policy-server actors each load one
             (a GPU each where the cluster has them) and serve the workers' batches
             (:mod:`distmc.explore.policy_server`).
-        threads_per_worker: numba threads of each actor (None: the cluster's CPUs divided by the workers, at least
-            one; so a lone actor on this machine uses every core, and W actors one core each when W >= cores).
     """
     if threads_per_worker is not None and threads_per_worker < 1:
         raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
