@@ -246,7 +246,7 @@ def verify(
     if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
     else:
-        from distmc.explore.ray_driver import explore_ray
+        from distmc.explore.ray import explore_ray
 
         explored = explore_ray(job, codec, codec.pack(model.initial_states), workers, address=address,
                                limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker,

@@ -231,7 +231,7 @@ class Checkpoint:
         return np.concatenate(keys), np.concatenate(gids), np.concatenate(levels)
 
     def results(self) -> list[dict[str, Any]]:
-        """The committed levels in the form :func:`distmc.explore.ray_driver.gather` takes (one per file set)."""
+        """The committed levels in the form :func:`distmc.explore.ray.exchange.gather` takes (one per file set)."""
         keys, gids, _ = self.states()
         out: list[dict[str, Any]] = [{
             "gids": gids, "keys": keys, "row_state": _EMPTY, "row_action": _EMPTY, "counts": _EMPTY,
