@@ -65,10 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no live progress display")
     run.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                      help="log records to standard error from this level (info: one record per explored level)")
-    run.add_argument("--checker", default="auto", choices=["auto", "storm", "native"],
-                     help="who checks the induced model: storm (the reference), native (distmc's value iteration; "
-                          "reachability probabilities on DTMCs) or auto (default: Storm unless it would not fit in "
-                          "memory)")
+    run.add_argument("--checker", default="auto", choices=["auto", "storm", "native", "distributed"],
+                     help="who checks the induced model: storm (the reference), native (distmc's value iteration in "
+                          "this process), distributed (the same on the Ray workers, where the rows stay: no process "
+                          "holds the whole model), or auto (default: Storm, unless it would not fit in memory; then "
+                          "native in-process, distributed under the Ray driver). native and distributed check "
+                          "reachability probabilities (F, U, with <=k or <k) and rewards (F, C<=k, I=k) of DTMCs")
     run.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")

@@ -96,10 +96,18 @@ class PartitionActor:
         self.cache_gids = np.zeros(0, dtype=np.int64)
         self.known = np.zeros(0, dtype=np.int64)
         self.ukeys = np.zeros(0, dtype=self.codec.dtype)
+        self.keep_rows = False  # rows stay here after the run (distributed check), also with a checkpoint
+        self.part: Any = None  # this worker's part of the induced DTMC for the distributed check
+        self.peers: list[Any] = []
+        self.status = ""
         self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "exchange_s": 0.0,
                                       "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
                                       "checkpoint_bytes": 0}
+
+    def keep_rows_here(self) -> None:
+        """Keep the rows after the run, also with a checkpoint (the distributed check runs on them)."""
+        self.keep_rows = True
 
     def release(self) -> None:
         """Drop the run's parts, states and rows: the actor is kept idle for a next run (:meth:`setup`)."""
@@ -316,7 +324,8 @@ class PartitionActor:
             self.stats["checkpoint_bytes"] += write_level(
                 self.checkpoint_dir, level, self.rank, self.codec.dtype, (self.new_keys, self.frontier[0]),
                 self.rows, self.rewards, self.flags, self.parts.reward_names)
-            self.rows, self.rewards, self.flags = [], [], []  # with checkpoints every level's rows go to disk
+            if not self.keep_rows:  # with checkpoints every level's rows go to disk (and stay for a distributed check)
+                self.rows, self.rewards, self.flags = [], [], []
             self.stats["checkpoint_s"] += time.perf_counter() - t1
         delta, self.policy_reported = self.policy_states - self.policy_reported, self.policy_states
         calls = policy_counters(self.expander)[0]
@@ -379,4 +388,108 @@ class PartitionActor:
             "stats": dict(self.stats),
         }
 
+    def load_rows(self, directory: str, level: int, owner_by_gid: np.ndarray) -> None:
+        """After a restore, read back the rows of the own states from the checkpoint's levels ``0..level``.
 
+        ``owner_by_gid``: ``[N]`` the owner of every state (the restored actors know only their own states' keys).
+        """
+        from distmc.explore.checkpoint import read_rows
+
+        own = np.sort(self.gids[: self.visited.size])
+        for rows, rewards, flags in read_rows(directory, level):
+            pos = np.minimum(np.searchsorted(own, rows[0]), max(own.shape[0] - 1, 0))
+            mine = own[pos] == rows[0] if own.shape[0] else np.zeros(rows[0].shape[0], dtype=bool)
+            branch = np.repeat(mine, rows[2])
+            self.rows.append((rows[0][mine], rows[1][mine], rows[2][mine], rows[3][branch], rows[4][branch]))
+            self.rewards.append({k: v[mine] for k, v in rewards.items()})
+            fpos = np.minimum(np.searchsorted(own, flags[0]), max(own.shape[0] - 1, 0))
+            fmine = own[fpos] == flags[0] if own.shape[0] else np.zeros(flags[0].shape[0], dtype=bool)
+            self.flags.append((flags[0][fmine], flags[1][fmine], flags[2][fmine]))
+        self.owner_by_gid = owner_by_gid
+
+    # -- the distributed check (distmc.check.distributed) --------------------------------------------------------
+
+    def check_plan(self, n_initial: int) -> Any:
+        """Turn the kept rows into this worker's part of the induced DTMC; per owner, the global ids it needs.
+
+        The exploration's structures (visited set, key cache, row chunks) are freed here: the part holds what
+        the check needs (rows with int32 columns, labels, rewards, the own states' keys).
+        """
+        from distmc.check.distributed import Mailbox, build_part
+
+        t = time.perf_counter()
+        self.mailbox = Mailbox()
+        by_gid = self.__dict__.get("owner_by_gid")  # restored from a checkpoint: the owners of every state
+        known_keys = self.cache.keys_by_id()
+        known_gids = self.cache_gids[: self.cache.size]
+        owners = owner_of(self.codec.to_words(known_keys), self.workers)
+        order = np.argsort(known_gids, kind="stable")
+        known_gids, owners = known_gids[order], owners[order]
+        del known_keys, order
+
+        def owner_of_gid(gids: np.ndarray) -> np.ndarray:
+            if by_gid is not None:
+                return by_gid[gids]
+            pos = np.searchsorted(known_gids, gids)
+            if gids.shape[0] and (pos.max() >= known_gids.shape[0] or not np.array_equal(known_gids[pos], gids)):
+                raise AssertionError("a row points to a state this worker never asked about")
+            return owners[pos]
+
+        parts = self.parts
+        gids, keys = self.gids[: self.visited.size].copy(), self.visited.keys_by_id()
+        rows, rewards, flags = self.rows, self.rewards, self.flags
+        self.rows, self.rewards, self.flags = [], [], []
+        self.visited = self.cache = self.seen = VisitedSet(self.codec.dtype)
+        self.gids = self.cache_gids = self.known = np.zeros(0, dtype=np.int64)
+        self.part = build_part(self.rank, self.workers, gids, keys, rows, rewards, flags, owner_of_gid, n_initial,
+                               parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
+        del rows, rewards, flags, gids, keys
+        self.stats["check_build_s"] = time.perf_counter() - t
+        self.stats["check_bytes"] = self.part.nbytes()
+        self.stats["check_transitions"] = int(self.part.matrix.row_offsets[-1])
+        self.stats["check_copies"] = int(self.part.n_cols - self.part.n_states)
+        requests = self.part.requests()
+        return requests if self.workers > 1 else requests[0]
+
+    def check_connect(self, peers: list[Any], *asked: np.ndarray) -> None:
+        """Every peer's request (``asked[p]``: global ids of this worker's states it needs) and the peers' handles."""
+        self.part.serve(list(asked))
+        self.peers = peers
+
+    def check_run(self, precision: float, max_iterations: int) -> dict[str, Any]:
+        """Check the job's property on every worker at once; the values at this worker's initial states."""
+        from distmc.check.distributed import WorkerEngine
+        from distmc.check.native import values_of
+
+        t = time.perf_counter()
+        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
+        try:
+            values, lower, upper = values_of(engine, self.part, self.parts.spec, precision, max_iterations)
+        finally:
+            self.stats.update(engine.stats)
+            self.stats["check_s"] = time.perf_counter() - t
+        self.values = (values, lower, upper)
+        init = self.part.initial
+        self.stats["peak_rss"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        self.stats["rss"] = rss_bytes()
+        return {"gids": self.part.gids[init], "value": values[init], "lower": lower[init], "upper": upper[init],
+                "stats": dict(self.stats)}
+
+    def _set_status(self, what: str) -> None:
+        self.status = what
+
+    # Called in the "mail" concurrency group: taken while this worker's check runs in the default group.
+
+    def deliver(self, key: tuple[str, int, int], payload: Any) -> None:
+        """A peer's message for the running check."""
+        self.mailbox.put(key, payload)
+
+    def check_status(self) -> str:
+        """What the running check is doing (for the live line)."""
+        return self.status
+
+    def check_abort(self, why: str) -> None:
+        """Stop a running check that waits for a peer (the run failed elsewhere)."""
+        mailbox = self.__dict__.get("mailbox")
+        if mailbox is not None:
+            mailbox.close(why)

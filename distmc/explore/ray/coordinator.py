@@ -29,6 +29,63 @@ log = logging.getLogger("distmc.ray")
 #: How long the workers may take to start (build their model, kernel and policy) before the run gives up.
 START_TIMEOUT_S = 300
 
+def _combine(results: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The workers' values at their initial states, in global-id order."""
+    gids = np.concatenate([r["gids"] for r in results])
+    order = np.argsort(gids, kind="stable")
+    return {k: np.concatenate([r[k] for r in results])[order] for k in ("value", "lower", "upper")}
+
+
+class RayRows:
+    """An explored model whose rows stay on the Ray actors: check it there, or gather it; then close it.
+
+    Attributes:
+        n_states, n_transitions, n_initial, depth: what the exploration found (``n_transitions`` counts a row's
+            duplicate targets separately until :meth:`check` has merged rows' counts).
+        stats: the run's counters and time split (as :attr:`Explored.stats`).
+        worker_stats: per actor (as :attr:`Explored.worker_stats`), after :meth:`check` or :meth:`gather`.
+    """
+
+    def __init__(self, run: _RayRun, keep_workers: bool) -> None:
+        self.run = run
+        self.keep_workers = keep_workers
+        self.n_states, self.n_transitions, self.n_initial, self.depth = run.n, run.transitions, run.n_initial, run.depth
+        self.stats: dict[str, float] = {"depth": run.depth, "policy_states": run.policy_states,
+                                        "policy_calls": run.policy_calls, "restarts": run.restarts,
+                                        "startup_s": run.startup_s, "levels_s": run.levels_s}
+        self.worker_stats: list[dict[str, Any]] = []
+        self.closed = False
+
+    def gather(self) -> Explored:
+        """Every row to this process (the reducer's input), as :func:`explore_ray` returns without ``rows_stay``."""
+        out = self.run.finish()
+        self.worker_stats = out.worker_stats
+        return out
+
+    def check(self, precision: float, max_iterations: int = 1_000_000,
+              progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Check the job's property on the actors (:mod:`distmc.check.distributed`).
+
+        Returns ``value``, ``lower``, ``upper`` (``[I]`` at the initial states, by global id) and the time split
+        ``build_s`` (the workers' parts and the exchange plan) and ``check_s``.
+        """
+        out = self.run.check_on_workers(precision, max_iterations, progress)
+        self.worker_stats = out.pop("worker_stats")
+        # the transitions of the merged rows (the levels count them before duplicates are added up)
+        self.n_transitions = int(sum(ws["check_transitions"] for ws in self.worker_stats))
+        return out
+
+    def close(self, ok: bool) -> None:
+        """End the run: keep its actors for a next run (``ok`` and kept workers), else end them."""
+        if self.closed:
+            return
+        self.closed = True
+        if ok and self.keep_workers:
+            self.run.keep()
+        else:
+            self.run.kill()
+
+
 def gpu_share(gpus: float, workers: int, requested: float | None = None) -> float:
     """The GPU share each worker asks Ray for, so that its policy replica runs on a GPU where the cluster has one.
 
@@ -89,7 +146,8 @@ def explore_ray(
     keep_workers: bool = True,
     threads_per_worker: int | None = None,
     policy_servers: int = 0,
-) -> Explored:
+    rows_stay: bool = False,
+) -> Any:
     """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
     Args:
@@ -114,6 +172,9 @@ def explore_ray(
         policy_servers: 0: every actor loads its own policy replica; S > 0: S policy-server actors each load one
             (a GPU each where the cluster has them) and serve the workers' batches
             (:mod:`distmc.explore.policy_server`).
+        rows_stay: keep the rows on the actors (no row comes to this process during the run) and return a
+            :class:`RayRows` instead of an :class:`Explored`: the caller then checks on the actors
+            (:meth:`RayRows.check`) or gathers the rows (:meth:`RayRows.gather`), and closes it.
     """
     if threads_per_worker is not None and threads_per_worker < 1:
         raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
@@ -129,8 +190,11 @@ def explore_ray(
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker,
-                  threads_per_worker, policy_servers)
+                  threads_per_worker, policy_servers, rows_stay)
     try:
+        if rows_stay:
+            run.run(initial_keys, max_restarts, gather=False)
+            return RayRows(run, keep_workers)
         out = run.run(initial_keys, max_restarts)
     except BaseException:
         run.kill()
@@ -148,7 +212,7 @@ class _RayRun:
     def __init__(self, ray: Any, job: Job, codec: StateCodec, workers: int, batch_states: int, limits: Limits,
                  checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
                  gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
-                 policy_servers: int = 0) -> None:
+                 policy_servers: int = 0, rows_stay: bool = False) -> None:
         self.ray, self.job, self.codec, self.workers = ray, job, codec, workers
         self.policy_servers = policy_servers
         self.servers: list[Any] = []
@@ -165,7 +229,9 @@ class _RayRun:
         self.frontier = 0
         # Without a checkpoint the rows come to the driver level by level: each level's are taken from the actors
         # (``taken``: their refs) and placed in global order while the actors run the next level (``blocks``).
-        self.stream = checkpoint is None
+        self.stream = checkpoint is None and not rows_stay
+        self.rows_stay = rows_stay
+        self.checking = False  # the distributed check runs (errors say so)
         self.taken: list[Any] = []
         self.blocks: list[RowBlock] = []
         self.absorb_s = 0.0
@@ -190,7 +256,8 @@ class _RayRun:
         self.key = (ray.get_runtime_context().get_job_id(), w, threads, repr(sorted(opts.items())), len(served))
         if self.reuse(ckdir, served):
             return
-        actor_cls = ray.remote(**opts)(PartitionActor)
+        # "mail": the peers' messages of a distributed check, taken while the check runs in the default group
+        actor_cls = ray.remote(concurrency_groups={"mail": 1}, **opts)(PartitionActor)
         self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start,
                                         served[r % len(served)] if served else None)
                        for r in range(w)]
@@ -286,6 +353,11 @@ class _RayRun:
             return ray.get(refs)
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
+            if isinstance(cause, ResourceLimitError) and self.checking:
+                raise ResourceLimitError(
+                    f"{cause}; the model ({self.n} states, {self.transitions} transitions) was explored but not "
+                    "checked", {"states": self.n, "transitions": self.transitions, "frontier": 0, "depth": self.depth,
+                                "elapsed_s": round(time.time() - self.start, 3)}) from None
             if isinstance(cause, ResourceLimitError):  # a worker's time or memory: report the global counts
                 raise self.check.stop(str(cause), states=self.n, transitions=self.transitions,
                                       frontier=self.frontier, depth=self.depth) from None
@@ -293,15 +365,23 @@ class _RayRun:
                 raise cause from None
             if isinstance(cause, ray.exceptions.RayError):
                 raise _WorkerLost(str(cause).splitlines()[0]) from exc
-            raise WorkerError(f"a worker failed at depth {self.depth}: {type(cause).__name__}: {cause}") from exc
+            where = "during the check" if self.checking else f"at depth {self.depth}"
+            raise WorkerError(f"a worker failed {where}: {type(cause).__name__}: {cause}") from exc
         except ray.exceptions.RayError as exc:
             raise _WorkerLost(str(exc).splitlines()[0]) from exc
 
     # -- the run -----------------------------------------------------------------------------------------------
 
-    def run(self, initial_keys: np.ndarray, max_restarts: int) -> Explored:
-        t0 = time.perf_counter()
+    def spawn_keeping(self) -> None:
+        """:meth:`spawn`, and the actors keep their rows when the check runs on them."""
         self.spawn()
+        if self.rows_stay:
+            self.get([a.keep_rows_here.remote() for a in self.actors])
+
+    def run(self, initial_keys: np.ndarray, max_restarts: int, gather: bool = True) -> Explored | None:
+        """Explore to the fixpoint; with ``gather``, the explored partitions (else the rows stay on the actors)."""
+        t0 = time.perf_counter()
+        self.spawn_keeping()
         self.startup_s = time.perf_counter() - t0
         if self.ckpt is not None and self.ckpt.level >= 0:
             self.restore()
@@ -315,14 +395,17 @@ class _RayRun:
                 continue
             if done:
                 break
-        t1 = time.perf_counter()
-        out = self.finish()
-        levels_s = t1 - t0 - self.startup_s
-        out.stats.update(startup_s=self.startup_s, levels_s=levels_s, gather_s=time.perf_counter() - t1)
+        self.levels_s = time.perf_counter() - t0 - self.startup_s
+        if not gather:
+            return None
+        return self.finish()
+
+    def split(self, out: Explored) -> None:
+        """The run's time split into ``out``'s stats, and each worker's idle time in the levels."""
+        out.stats.update(startup_s=self.startup_s, levels_s=self.levels_s)
         for ws in out.worker_stats:  # a worker's level time it was not working: at the barriers, or Ray's transfers
             busy = sum(float(ws.get(k, 0.0)) for k in ("expand_s", "lookup_s", "store_s", "exchange_s", "checkpoint_s"))
-            ws["idle_s"] = max(0.0, levels_s - busy)
-        return out
+            ws["idle_s"] = max(0.0, self.levels_s - busy)
 
     def begin(self, initial_keys: np.ndarray) -> None:
         uniq, first = np.unique(initial_keys, return_index=True)
@@ -355,6 +438,12 @@ class _RayRun:
         frontier = levels == ckpt.level
         self.frontier = int(frontier.sum())
         self.hand_out(keys, gids, frontier)
+        if self.rows_stay:  # the rows of the committed levels are in the files: each actor reads its own back
+            owners = owner_of(self.codec.to_words(keys), self.workers).astype(np.int16)
+            by_gid = np.empty(gids.shape[0], dtype=np.int16)
+            by_gid[gids] = owners
+            del owners
+            self.get([a.load_rows.remote(str(ckpt.directory), ckpt.level, by_gid) for a in self.actors])
         log.info("resumed depth=%d states=%d frontier=%d from=%s", self.depth, self.n, self.frontier, ckpt.directory)
 
     def recover(self, exc: _WorkerLost, max_restarts: int) -> None:
@@ -374,7 +463,7 @@ class _RayRun:
         log.warning("worker lost at depth=%d (%s); restarting %d workers from checkpoint level %d",
                     self.depth + 1, exc, self.workers, self.ckpt.level)
         self.kill()
-        self.spawn()
+        self.spawn_keeping()
         self.restore()
 
     def level(self) -> bool:
@@ -430,6 +519,52 @@ class _RayRun:
                            for s in range(w)])
         return int(occ.shape[0]), stored
 
+    def check_on_workers(self, precision: float, max_iterations: int,
+                         progress: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+        """The distributed check on the actors (see :meth:`RayRows.check`)."""
+        ray, actors, w = self.ray, self.actors, self.workers
+        t0 = time.perf_counter()
+        self.checking = True
+        try:
+            plans = [a.check_plan.options(num_returns=w).remote(self.n_initial) for a in actors]
+            plans = [p if isinstance(p, list) else [p] for p in plans]
+            self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)]) for o, a in enumerate(actors)])
+            del plans
+            t1 = time.perf_counter()
+            refs = [a.check_run.remote(precision, max_iterations) for a in actors]
+            pending = list(refs)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+                for ref in done:
+                    self.get(ref)  # a worker's error now, not after the others time out waiting for it
+                if pending and progress is not None:
+                    try:
+                        status = ray.get(actors[0].check_status.options(concurrency_group="mail").remote(), timeout=5)
+                    except Exception:  # noqa: BLE001 - only the live line; the failure itself comes from get()
+                        status = "checking"
+                    progress({"phase": status, "elapsed_s": time.time() - self.start})
+            results = self.get(refs)
+        except _WorkerLost as exc:
+            raise WorkerError(
+                f"a worker was lost during the distributed check ({exc}); "
+                + (f"the exploration is saved in {self.ckpt.directory}: continue with --resume {self.ckpt.directory}"
+                   if self.ckpt is not None else
+                   "the rows it held are lost with the run. Run again with --checkpoint-dir DIR: a run that loses a "
+                   "worker during the check then continues with --resume DIR without exploring again")
+            ) from None
+        except BaseException:
+            for a in actors:  # wake the workers that wait for a peer that stopped
+                a.check_abort.options(concurrency_group="mail").remote("another worker failed")
+            raise
+        t2 = time.perf_counter()
+        out: dict[str, Any] = dict(_combine(results))
+        out.update(build_s=t1 - t0, check_s=t2 - t1,
+                   worker_stats=[dict(r["stats"], pid=i["pid"]) for r, i in zip(results, self.info, strict=True)])
+        for ws in out["worker_stats"]:
+            busy = sum(float(ws.get(k, 0.0)) for k in ("expand_s", "lookup_s", "store_s", "exchange_s", "checkpoint_s"))
+            ws["idle_s"] = max(0.0, self.levels_s - busy)
+        return out
+
     def absorb(self) -> None:
         """Place the rows taken from the actors after the last level (:meth:`PartitionActor.take`)."""
         if not self.taken:
@@ -442,6 +577,8 @@ class _RayRun:
         self.absorb_s += time.perf_counter() - t
 
     def finish(self) -> Explored:
+        """Gather the partitions' states and rows into one :class:`Explored` (the reducer's input)."""
+        t1 = time.perf_counter()
         self.absorb()
         if self.ckpt is not None:
             stats = self.get([a.result.remote(rows=False) for a in self.actors])
@@ -455,5 +592,7 @@ class _RayRun:
         out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "policy_calls": self.policy_calls,
                           "restarts": self.restarts, "place_s": self.absorb_s})
         out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(stats, self.info, strict=True)]
+        self.split(out)
+        out.stats["gather_s"] = time.perf_counter() - t1
         return out
 
