@@ -234,3 +234,30 @@ def test_distributed_refuses_what_it_cannot_check() -> None:
         verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", driver="local", checker="distributed")
     with pytest.raises(DistmcError, match="export"):
         verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, checker="distributed", export_path="m.umb")
+
+
+def test_a_worker_lost_in_the_check_says_how_to_resume(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    prop = 'P=? [F<=4000 "crash"]'  # thousands of exchanges: the check outlasts the first live-line poll
+    ck = tmp_path / "ck"
+    pids: list[int] = []
+    killed: list[int] = []
+
+    def progress(info: dict[str, Any]) -> None:
+        if "worker_pids" in info:
+            pids[:] = info["worker_pids"]
+        elif "step" in str(info.get("phase", "")) and not killed:
+            killed.append(pids[1])
+            os.kill(pids[1], signal.SIGKILL)
+
+    with pytest.raises(DistmcError, match=f"--resume {ck}") as err:
+        verify(EXAMPLE, prop, constants="N=5", **POLICY, workers=2, checker="distributed", checkpoint_dir=ck,
+               progress=progress)
+    assert killed and err.value.exit_code == 8
+    resumed = verify(None, None, resume=ck, workers=3, checker="distributed")  # other owners than the first run
+    native = verify(EXAMPLE, prop, constants="N=5", **POLICY, checker="native")
+    assert resumed.checker == "distributed"  # type: ignore[union-attr]
+    assert (resumed.states, resumed.transitions) == (native.states, native.transitions)  # type: ignore[union-attr]
+    assert abs(resumed.result - native.result) <= 1e-12  # type: ignore[union-attr, operator]

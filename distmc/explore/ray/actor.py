@@ -97,6 +97,7 @@ class PartitionActor:
         self.known = np.zeros(0, dtype=np.int64)
         self.ukeys = np.zeros(0, dtype=self.codec.dtype)
         self.keep_rows = False  # rows stay here after the run (distributed check), also with a checkpoint
+        self.written = (0, 0)  # with keep_rows and a checkpoint: rows and flags already in the level files
         self.part: Any = None  # this worker's part of the induced DTMC for the distributed check
         self.peers: list[Any] = []
         self.status = ""
@@ -321,10 +322,13 @@ class PartitionActor:
         """After a level's rows are kept: the checkpoint's files, and the level's counts for the driver."""
         if self.checkpoint_dir is not None:
             t1 = time.perf_counter()
+            r, f = self.written  # the rows and flags of earlier levels (kept for a distributed check) are written
             self.stats["checkpoint_bytes"] += write_level(
                 self.checkpoint_dir, level, self.rank, self.codec.dtype, (self.new_keys, self.frontier[0]),
-                self.rows, self.rewards, self.flags, self.parts.reward_names)
-            if not self.keep_rows:  # with checkpoints every level's rows go to disk (and stay for a distributed check)
+                self.rows[r:], self.rewards[r:], self.flags[f:], self.parts.reward_names)
+            if self.keep_rows:  # every level's rows go to disk, and stay here for a distributed check
+                self.written = (len(self.rows), len(self.flags))
+            else:
                 self.rows, self.rewards, self.flags = [], [], []
             self.stats["checkpoint_s"] += time.perf_counter() - t1
         delta, self.policy_reported = self.policy_states - self.policy_reported, self.policy_states
@@ -406,6 +410,7 @@ class PartitionActor:
             fmine = own[fpos] == flags[0] if own.shape[0] else np.zeros(flags[0].shape[0], dtype=bool)
             self.flags.append((flags[0][fmine], flags[1][fmine], flags[2][fmine]))
         self.owner_by_gid = owner_by_gid
+        self.written = (len(self.rows), len(self.flags))  # on disk already
 
     # -- the distributed check (distmc.check.distributed) --------------------------------------------------------
 
