@@ -20,6 +20,7 @@ import pytest
 from distmc.api import verify
 from distmc.assemble.reducer import assemble
 from distmc.check.distributed import Mailbox, WorkerEngine, build_part
+from distmc.check.kernels import compact_probabilities, expand_probabilities
 from distmc.check.native import LocalEngine, matrix_of, values_of
 from distmc.cli import main
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
@@ -85,7 +86,9 @@ def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rew
     for r in range(w):
         own = np.flatnonzero(owner == r)
         branch = np.repeat(owner == r, counts)
-        rows = [(own, induced.row_action[own], counts[own], targets[branch], prob[branch])]
+        # as an actor holds them: int32 targets, a table of the distinct probabilities (every other worker's plain)
+        p = compact_probabilities(prob[branch]) if r % 2 == 0 else prob[branch]
+        rows = [(own, induced.row_action[own], counts[own], targets[branch].astype(np.int32), p)]
         part = build_part(r, w, own, induced.keys[own], rows, [{k: v[own] for k, v in rewards.items()}],
                           [(own, loop[own], deadlock[own])], lambda g: owner[g], induced.initial.shape[0],
                           parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
@@ -137,13 +140,26 @@ def test_workers_give_the_native_checkers_bits(model: Path, constants: str | Non
             assert np.array_equal(full, native[k]), (w, k, np.abs(full - native[k]).max())
 
 
-def test_parts_hold_12_bytes_a_transition() -> None:
+def test_compact_probabilities_are_exact() -> None:
+    rng = np.random.default_rng(1)
+    few = rng.choice(rng.random(300), size=100_000)  # as a uniform policy's rows: a few hundred distinct values
+    table, idx = compact_probabilities(few)  # type: ignore[misc]
+    assert idx.dtype == np.uint16 and table.shape[0] == np.unique(few).shape[0]
+    assert np.array_equal(expand_probabilities((table, idx)), few)
+    many = rng.random(70_000)  # more distinct values than a uint16 index holds: kept as it is
+    assert compact_probabilities(many) is many
+
+
+def test_parts_hold_at_most_12_bytes_a_transition() -> None:
     parts, induced, loop, deadlock, rewards = _explored(EXAMPLE, "N=6", 'P=? [F "crash"]', POLICY)
     workers = _split(parts, induced, loop, deadlock, rewards, 2)
-    rows = sum(p.matrix.nbytes for p, _, _ in workers)
-    transitions = induced.n_transitions
-    offsets = sum(p.matrix.row_offsets.nbytes for p, _, _ in workers)
-    assert rows - offsets == 12 * transitions  # int32 column + float64 probability
+    transitions = [int(p.matrix.row_offsets[-1]) for p, _, _ in workers]
+    held = [p.matrix.nbytes - p.matrix.row_offsets.nbytes for p, _, _ in workers]
+    assert held[1] == 12 * transitions[1]  # int32 column + float64 probability
+    assert held[0] <= 12 * transitions[0]  # the network's probabilities are nearly all distinct: not compacted
+    parts, induced, loop, deadlock, rewards = _explored(EXAMPLE, "N=6", 'P=? [F "crash"]', {})  # uniform policy
+    p0 = _split(parts, induced, loop, deadlock, rewards, 2)[0][0]
+    assert p0.matrix.nbytes - p0.matrix.row_offsets.nbytes < 6.5 * int(p0.matrix.row_offsets[-1])
     assert sum(p.n_states for p, _, _ in workers) == induced.n_states
     # each worker holds copies of the peer's states its rows point to, at most all of them
     for p, _, _ in workers:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from distmc.assemble.reducer import label_states
-from distmc.check.kernels import ChunkedCSR, reach_back_from
+from distmc.check.kernels import ChunkedCSR, expand_probabilities, reach_back_from
 from distmc.errors import PropertyError, ResourceLimitError, WorkerError
 from distmc.explore.limits import LimitCheck
 from distmc.model.expr import CompiledExpr
@@ -173,7 +173,8 @@ def build_part(
         gids: ``[n]`` global ids of the own states (in any order).
         keys: ``[n]`` their packed keys.
         rows: the kept rows, chunk by chunk: (source global ids ``[r]``, actions ``[r]``, branch counts ``[r]``,
-            target global ids ``[t]``, probabilities ``[t]``), each row's branches merged (sorted by target).
+            target global ids ``[t]`` (int32 or int64), probabilities ``[t]`` (float64, or compact:
+            :func:`~distmc.check.kernels.compact_probabilities`)), each row's branches merged (sorted by target).
             The list is emptied as the chunks are converted (their int64 targets are freed one by one).
         action_rewards: per chunk, name -> ``[r]`` action rewards.
         flags: per expanded batch, (global ids, loop, deadlock).
@@ -253,8 +254,8 @@ def _in_slot_order(rows: list[tuple[np.ndarray, ...]], slots: np.ndarray) -> lis
     counts = np.concatenate([r[2] for r in rows])
     starts = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
-    t = np.concatenate([r[3] for r in rows])
-    p = np.concatenate([r[4] for r in rows])
+    t = np.concatenate([r[3].astype(np.int64, copy=False) for r in rows])
+    p = np.concatenate([expand_probabilities(r[4]) for r in rows])
     moved = counts[order]
     dest = np.zeros(moved.shape[0] + 1, dtype=np.int64)
     np.cumsum(moved, out=dest[1:])

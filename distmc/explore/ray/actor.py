@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from distmc.assemble.reducer import merge_csr_rows
+from distmc.check.kernels import compact_probabilities, expand_probabilities, prob_nbytes
 from distmc.errors import ResourceLimitError
 from distmc.explore.checkpoint import file_digest, write_level
 from distmc.explore.expander import policy_counters
@@ -22,6 +23,21 @@ from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
 
 __all__ = ["PartitionActor"]
+
+def _compact(target: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, Any]:
+    """A kept row chunk's branches as the actor holds them until the end: 4 + 2 B a branch where it may.
+
+    Targets are global ids: int32 while they fit. Probabilities: :func:`~distmc.check.kernels.compact_probabilities`.
+    """
+    if target.shape[0] and int(target.max()) < 2**31:
+        target = target.astype(np.int32)
+    return target, compact_probabilities(prob)
+
+
+def _expanded(row: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
+    """A kept row chunk with int64 targets and float64 probabilities (for the files and the driver)."""
+    return (*row[:3], row[3].astype(np.int64, copy=False), expand_probabilities(row[4]))
+
 
 def _job_stamp(job: Any) -> tuple[Any, ...] | None:
     """What makes a job's parts reusable: the job and its files' contents (SHA-256; None: never reuse)."""
@@ -207,6 +223,8 @@ class PartitionActor:
         the rows as they come, read-only in Ray's object store, instead of merging them into a copy.
         """
         offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob)
+        if self.keep_rows:  # held until the end: compact (int32 targets, a table of the distinct probabilities)
+            target, prob = _compact(target, prob)
         self.rows.append((gids[rows.row_state], rows.row_action, np.diff(offsets), target, prob))
         self.rewards.append(rows.rewards)
         self.flags.append((gids, rows.terminal | rows.deadlock, rows.deadlock))
@@ -325,7 +343,7 @@ class PartitionActor:
             r, f = self.written  # the rows and flags of earlier levels (kept for a distributed check) are written
             self.stats["checkpoint_bytes"] += write_level(
                 self.checkpoint_dir, level, self.rank, self.codec.dtype, (self.new_keys, self.frontier[0]),
-                self.rows[r:], self.rewards[r:], self.flags[f:], self.parts.reward_names)
+                [_expanded(x) for x in self.rows[r:]], self.rewards[r:], self.flags[f:], self.parts.reward_names)
             if self.keep_rows:  # every level's rows go to disk, and stay here for a distributed check
                 self.written = (len(self.rows), len(self.flags))
             else:
@@ -349,7 +367,7 @@ class PartitionActor:
         return out
 
     def _row_bytes(self) -> int:
-        return (sum(sum(int(a.nbytes) for a in r) for r in self.rows)
+        return (sum(sum(int(a.nbytes) for a in r[:4]) + prob_nbytes(r[4]) for r in self.rows)
                 + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards))
 
     def _rows_out(self) -> dict[str, Any]:
@@ -360,8 +378,8 @@ class PartitionActor:
             "counts": cat([r[2] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
             # the branches stay in the batches' chunks: no copy here, and none in the driver when it can hand
             # them on as they are (see gather)
-            "targets": [r[3] for r in self.rows],
-            "prob": [r[4] for r in self.rows],
+            "targets": [r[3].astype(np.int64, copy=False) for r in self.rows],
+            "prob": [expand_probabilities(r[4]) for r in self.rows],
             "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
             "rewards": {n: cat([r[n] for r in self.rewards]) for n in (self.rewards[0] if self.rewards else {})},
         }
@@ -404,7 +422,7 @@ class PartitionActor:
             pos = np.minimum(np.searchsorted(own, rows[0]), max(own.shape[0] - 1, 0))
             mine = own[pos] == rows[0] if own.shape[0] else np.zeros(rows[0].shape[0], dtype=bool)
             branch = np.repeat(mine, rows[2])
-            self.rows.append((rows[0][mine], rows[1][mine], rows[2][mine], rows[3][branch], rows[4][branch]))
+            self.rows.append((rows[0][mine], rows[1][mine], rows[2][mine], *_compact(rows[3][branch], rows[4][branch])))
             self.rewards.append({k: v[mine] for k, v in rewards.items()})
             fpos = np.minimum(np.searchsorted(own, flags[0]), max(own.shape[0] - 1, 0))
             fmine = own[fpos] == flags[0] if own.shape[0] else np.zeros(flags[0].shape[0], dtype=bool)
