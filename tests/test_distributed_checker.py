@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,16 @@ def test_an_mdp_is_refused() -> None:
 # -- on Ray ----------------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """One local Ray for this module's runs, shut down after it (the next module starts its own)."""
+    ray = pytest.importorskip("ray", reason="the distributed checker runs on Ray")
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
 def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-300) if a != b else 0.0
 
@@ -207,7 +218,7 @@ RAY_CASES = [
 
 
 @pytest.mark.parametrize(("model", "constants", "prop", "kw"), RAY_CASES)
-def test_ray_distributed_check_matches_storm_and_native(model: Path, constants: str | None, prop: str,
+def test_ray_distributed_check_matches_storm_and_native(local_ray: None, model: Path, constants: str | None, prop: str,
                                                         kw: dict[str, str]) -> None:
     storm = verify(model, prop, constants=constants, checker="storm", **kw)
     native = verify(model, prop, constants=constants, checker="native", **kw)
@@ -224,7 +235,7 @@ def test_ray_distributed_check_matches_storm_and_native(model: Path, constants: 
 
 @pytest.mark.skipif(not (SHARED_MODELS / "avoid.prism").exists(), reason="../shared/models/coolmc is not beside this checkout")
 @pytest.mark.parametrize("prop", ["P=? [F<=100 COLLISION=true]", "P=? [x<3 U COLLISION=true]"])
-def test_ray_distributed_check_on_avoid(prop: str) -> None:
+def test_ray_distributed_check_on_avoid(local_ray: None, prop: str) -> None:
     kw = {"constants": "xMax=4,yMax=4,slickness=0.1"}
     native = verify(SHARED_MODELS / "avoid.prism", prop, checker="native", **kw)
     for w in (2, 3):
@@ -232,7 +243,7 @@ def test_ray_distributed_check_on_avoid(prop: str) -> None:
         assert abs(r.result - native.result) <= 1e-12  # type: ignore[union-attr, operator]
 
 
-def test_cli_distributed_report(tmp_path: Path) -> None:
+def test_cli_distributed_report(local_ray: None, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     assert main(["run", str(EXAMPLE), "--const", "N=5", "--prop", 'P=? [F<=12 "crash"]', "--workers", "2",
                  "--checker", "distributed", "--quiet", "--json", str(out)]) == 0
@@ -243,7 +254,7 @@ def test_cli_distributed_report(tmp_path: Path) -> None:
     assert abs(rep["result"] - local.result) <= 1e-12  # type: ignore[union-attr, operator]
 
 
-def test_distributed_refuses_what_it_cannot_check() -> None:
+def test_distributed_refuses_what_it_cannot_check(local_ray: None) -> None:
     with pytest.raises(PropertyError, match="--checker distributed cannot check"):
         verify(EXAMPLE, "R=? [C]", constants="N=4", workers=2, checker="distributed")
     with pytest.raises(DistmcError, match="--driver ray"):
@@ -252,7 +263,7 @@ def test_distributed_refuses_what_it_cannot_check() -> None:
         verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, checker="distributed", export_path="m.umb")
 
 
-def test_a_worker_lost_in_the_check_says_how_to_resume(tmp_path: Path) -> None:
+def test_a_worker_lost_in_the_check_says_how_to_resume(local_ray: None, tmp_path: Path) -> None:
     import os
     import signal
 
