@@ -92,6 +92,7 @@ def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rew
         rows = [(own, induced.row_action[own], counts[own], targets[branch].astype(np.int32), p)]
         part = build_part(r, w, own, induced.keys[own], rows, [{k: v[own] for k, v in rewards.items()}],
                           [(own, loop[own], deadlock[own])], lambda g: owner[g], induced.initial.shape[0],
+                          induced.n_states,
                           parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
         out.append(part)
     boxes = [Mailbox() for _ in range(w)]
@@ -185,7 +186,7 @@ def test_an_mdp_is_refused() -> None:
     rows = [(explored.row_state, explored.row_action, np.diff(explored.branch_offsets),
              np.concatenate(explored.target_chunks), np.concatenate(explored.prob_chunks))]
     with pytest.raises(PropertyError, match="DTMC"):
-        build_part(0, 1, np.arange(n), explored.keys, rows, [{}], [], lambda g: g * 0, 1, parts.model, parts.codec,
+        build_part(0, 1, np.arange(n), explored.keys, rows, [{}], [], lambda g: g * 0, 1, n, parts.model, parts.codec,
                    parts.spec.atoms, [])
 
 

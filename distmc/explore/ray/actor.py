@@ -432,7 +432,7 @@ class PartitionActor:
 
     # -- the distributed check (distmc.check.distributed) --------------------------------------------------------
 
-    def check_plan(self, n_initial: int) -> Any:
+    def check_plan(self, n_initial: int, n_total: int) -> Any:
         """Turn the kept rows into this worker's part of the induced DTMC; per owner, the global ids it needs.
 
         The exploration's structures (visited set, key cache, row chunks) are freed here: the part holds what
@@ -465,7 +465,7 @@ class PartitionActor:
         self.visited = self.cache = self.seen = VisitedSet(self.codec.dtype)
         self.gids = self.cache_gids = self.known = np.zeros(0, dtype=np.int64)
         self.part = build_part(self.rank, self.workers, gids, keys, rows, rewards, flags, owner_of_gid, n_initial,
-                               parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
+                               n_total, parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
         del rows, rewards, flags, gids, keys
         self.stats["check_build_s"] = time.perf_counter() - t
         self.stats["check_bytes"] = self.part.nbytes()
