@@ -78,7 +78,7 @@ def _explored(model: Path, constants: str | None, prop: str, kw: dict[str, str])
 
 
 def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rewards: dict[str, np.ndarray],
-           w: int) -> list[Any]:
+           w: int, direct: bool | None = None) -> list[Any]:
     """The induced DTMC's rows spread over ``w`` workers by owner, as the Ray actors hold them."""
     owner = owner_of(parts.codec.to_words(induced.keys), w)
     targets, prob = induced.targets, induced.prob
@@ -93,7 +93,7 @@ def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rew
         part = build_part(r, w, own, induced.keys[own], rows, [{k: v[own] for k, v in rewards.items()}],
                           [(own, loop[own], deadlock[own])], lambda g: owner[g], induced.initial.shape[0],
                           induced.n_states,
-                          parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
+                          parts.model, parts.codec, parts.spec.atoms, parts.reward_names, direct=direct)
         out.append(part)
     boxes = [Mailbox() for _ in range(w)]
     peers = [_Peer(b) for b in boxes]
@@ -129,8 +129,8 @@ def test_workers_give_the_native_checkers_bits(model: Path, constants: str | Non
     parts, induced, loop, deadlock, rewards = _explored(model, constants, prop, kw)
     assert induced.kind == "dtmc"
     native = values_of(LocalEngine(matrix_of(induced)), induced, parts.spec)
-    for w in (1, 2, 3, 4):
-        workers = _split(parts, induced, loop, deadlock, rewards, w)
+    for w, direct in ((1, None), (2, True), (3, False), (4, None)):  # both ways of making the columns
+        workers = _split(parts, induced, loop, deadlock, rewards, w, direct)
         got = _run_threads(workers, parts.spec)
         for r in got:
             if isinstance(r, BaseException):

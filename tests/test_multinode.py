@@ -68,11 +68,11 @@ def test_three_nodes_distributed_check(cluster: Any) -> None:
     def sample(info: dict) -> None:
         peak[0] = max(peak[0], rss_bytes())
 
-    big = verify(EXAMPLE, 'P=? [F<=300 "crash"]', constants="N=24", workers=3, address=cluster.address,
+    big = verify(EXAMPLE, 'P=? [F<=50 "crash"]', constants="N=40", workers=3, address=cluster.address,
                  checker="distributed", progress=sample)
     rows = 16 * big.transitions  # type: ignore[union-attr]
-    assert big.transitions > 3_000_000  # type: ignore[union-attr]
-    assert peak[0] - base < rows / 4, (peak[0] - base, rows)
+    assert big.transitions > 30_000_000  # type: ignore[union-attr]
+    assert peak[0] - base < rows / 8, (peak[0] - base, rows)  # about 20 MB of Ray's own, against 480 MB of rows
 
 
 def test_worker_process_killed_and_node_lost_on_a_cluster(cluster: Any, tmp_path: Path) -> None:

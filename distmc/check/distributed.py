@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from distmc.assemble.reducer import label_states
-from distmc.check.kernels import ChunkedCSR, expand_probabilities, reach_back_from
+from distmc.check.kernels import ChunkedCSR, expand_probabilities, prob_nbytes, reach_back_from
 from distmc.errors import PropertyError, ResourceLimitError, WorkerError
 from distmc.explore.limits import LimitCheck
 from distmc.explore.visited import VisitedSet
@@ -166,6 +166,7 @@ def build_part(
     codec: StateCodec,
     atoms: Mapping[str, CompiledExpr],
     reward_names: list[str],
+    direct: bool | None = None,
 ) -> WorkerPart:
     """A worker's :class:`WorkerPart` from what its exploration kept.
 
@@ -187,6 +188,8 @@ def build_part(
         codec: the packing of ``keys``.
         atoms: the property's atoms.
         reward_names: the property's reward structure (none or one).
+        direct: how targets become columns: a map over every global id (True; fast, ``5 N`` bytes) or hash
+            tables (False; memory by the worker's own share); None: the map when it costs less than the rows.
 
     Raises:
         PropertyError: the own states do not have exactly one row each (an induced MDP).
@@ -202,41 +205,24 @@ def build_part(
                                 "model keeps nondeterminism: use --checker storm")
         rows = _in_slot_order(rows, slots)
     del row_gid, slots, found
-    # Columns, in one pass over the branches with hash tables (gid -> slot for the own states, and a numbering of
-    # the other owners' states in order of first occurrence), then the copies ordered by (owner, gid) and their
-    # provisional numbers (stored negative) replaced. (A first version looked every target up by binary search
-    # and sorted the remote ones: 325 s of avoid 14x14's 13 min; this takes seconds.)
-    own_table, remote_table = VisitedSet(np.dtype(np.uint64)), VisitedSet(np.dtype(np.uint64))
-    own_table.insert(gids.astype(np.uint64))  # ids = slots (gids are in slot order)
     col_dtype = np.int32 if n_total < 2**31 else np.int64
     counts = np.concatenate([r[2] for r in rows]) if rows else np.zeros(0, dtype=np.int64)
     row_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=row_offsets[1:])
-    t_chunks, p_chunks = [], []
-    rows.reverse()  # pop from the end: each chunk's global targets are freed as soon as converted
-    while rows:
-        r = rows.pop()
-        t = r[3].astype(np.uint64)
-        col = own_table.lookup(t)
-        rem = col < 0
-        rid, _ = remote_table.insert(t[rem])
-        col[rem] = -1 - rid
-        t_chunks.append(col.astype(col_dtype))
-        p_chunks.append(r[4])
-        del r, t, col, rem, rid
-    del own_table
-    remote = remote_table.keys_by_id().astype(np.int64)  # global ids of the copies, by first occurrence
-    del remote_table
+    held = sum(int(r[3].nbytes) + prob_nbytes(r[4]) for r in rows)
+    if direct is None:  # a map over every global id when it costs less than the rows themselves
+        direct = 5 * n_total <= held
+    t_chunks, p_chunks, remote = (_columns_direct if direct else _columns_hashed)(gids, rows, n_total, col_dtype)
     owner = owner_of_gid(remote).astype(np.int64)
     if remote.shape[0] and (owner == rank).any():
         raise AssertionError("a target is neither owned here nor known elsewhere")
     by_owner = np.lexsort((remote, owner))
     ext = np.empty(remote.shape[0], dtype=col_dtype)
-    ext[by_owner] = n + np.arange(remote.shape[0], dtype=np.int64)  # column of each copy (by first occurrence)
+    ext[by_owner] = n + np.arange(remote.shape[0], dtype=np.int64)  # column of each copy
     recv_off = np.zeros(workers + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner, minlength=workers), out=recv_off[1:])
     n_cols = n + int(remote.shape[0])
-    for col in t_chunks:
+    for col in t_chunks:  # the copies' provisional numbers (stored as -1 - number) become their columns
         neg = np.flatnonzero(np.asarray(col) < 0)
         col[neg] = ext[-1 - col[neg].astype(np.int64)]
     del ext
@@ -255,6 +241,58 @@ def build_part(
     labels, rewards = label_states(keys, model, codec, atoms, reward_names, gids < n_initial, deadlock, loop, act)
     return WorkerPart(rank, workers, gids, keys, matrix, remote[by_owner], recv_off, labels, rewards,
                       np.flatnonzero(gids < n_initial))
+
+
+def _columns_direct(gids: np.ndarray, rows: list[tuple[Any, ...]], n_total: int,
+                    col_dtype: type) -> tuple[list[np.ndarray], list[Any], np.ndarray]:
+    """Columns by a map over every global id (``[N]`` int32 and ``[N]`` bool, no more than the rows cost).
+
+    Two passes over the branches: mark the targets, then number the own slots and the copies (provisional
+    numbers in global-id order, stored as ``-1 - number``) and gather each chunk's columns. Empties ``rows``.
+    """
+    n = gids.shape[0]
+    needed = np.zeros(n_total, dtype=bool)
+    for r in rows:
+        needed[r[3]] = True
+    needed[gids] = False
+    remote = np.flatnonzero(needed)
+    del needed
+    col_of: np.ndarray = np.empty(n_total, dtype=col_dtype)
+    col_of[gids] = np.arange(n, dtype=np.int64)
+    col_of[remote] = -1 - np.arange(remote.shape[0], dtype=np.int64)
+    t_chunks, p_chunks = [], []
+    rows.reverse()  # pop from the end: each chunk's global targets are freed as soon as converted
+    while rows:
+        r = rows.pop()
+        t_chunks.append(col_of[r[3]])
+        p_chunks.append(r[4])
+        del r
+    return t_chunks, p_chunks, remote
+
+
+def _columns_hashed(gids: np.ndarray, rows: list[tuple[Any, ...]], n_total: int,
+                    col_dtype: type) -> tuple[list[np.ndarray], list[Any], np.ndarray]:
+    """Columns by hash tables (own gid -> slot; the copies numbered by first occurrence), one pass; empties ``rows``.
+
+    For a worker whose rows are few against the whole model's states (many workers, few branches per state),
+    where a map over every global id would cost more than its rows.
+    """
+    own_table, remote_table = VisitedSet(np.dtype(np.uint64)), VisitedSet(np.dtype(np.uint64))
+    own_table.insert(gids.astype(np.uint64))  # ids = slots (gids are in slot order)
+    t_chunks: list[np.ndarray] = []
+    p_chunks: list[Any] = []
+    rows.reverse()
+    while rows:
+        r = rows.pop()
+        t = r[3].astype(np.uint64)
+        col = own_table.lookup(t)
+        rem = col < 0
+        rid, _ = remote_table.insert(t[rem])
+        col[rem] = -1 - rid
+        t_chunks.append(col.astype(col_dtype))
+        p_chunks.append(r[4])
+        del r, t, col, rem, rid
+    return t_chunks, p_chunks, remote_table.keys_by_id().astype(np.int64)
 
 
 def _in_slot_order(rows: list[tuple[np.ndarray, ...]], slots: np.ndarray) -> list[tuple[np.ndarray, ...]]:
