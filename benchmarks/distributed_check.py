@@ -85,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="kernel threads per process (default: as distmc sets)")
     ap.add_argument("--json", default=None, help="also write every report here")
     a = ap.parse_args(argv)
-    bw = bandwidth_gbs()
     k = steps_of(a.prop)
     reports = [run(a.model, a.const, a.prop, s, a.threads) for s in a.runs.split(",")]
+    bw = bandwidth_gbs()  # after the runs: its 2 GiB array is not in their memory
     first = reports[0]
     print(f"# {Path(a.model).name} {a.const}  {a.prop}: {first['states']} states, {first['transitions']} transitions")
     print(f"# machine: {platform.node()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d %H:%M')}; one core reads "

@@ -6,7 +6,6 @@ See :mod:`distmc.explore.ray` for the protocol of one level, :mod:`distmc.check.
 from __future__ import annotations
 
 import os
-import resource
 import time
 from typing import Any
 
@@ -17,7 +16,7 @@ from distmc.check.kernels import compact_probabilities, expand_probabilities, pr
 from distmc.errors import ResourceLimitError
 from distmc.explore.checkpoint import file_digest, write_level
 from distmc.explore.expander import policy_counters
-from distmc.explore.limits import LimitCheck, Limits, rss_bytes
+from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
 from distmc.explore.ray.exchange import OCC_SHIFT, _at_least, _first_occurrences, _from_arrow, _to_arrow, owner_of
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
@@ -70,6 +69,7 @@ class PartitionActor:
         ``server``: a :class:`~distmc.explore.policy_server.PolicyServer` (handle, description) that evaluates the
         policy for this worker, which then loads none.
         """
+        reset_peak_rss()  # the worker's peak in the report is this run's (a kept actor ran others before)
         stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server
         built = self.__dict__.get("built")
         if stamp is not None and built is not None and built[0] == stamp:
@@ -395,7 +395,7 @@ class PartitionActor:
             row_bytes=self.shipped_bytes + self._row_bytes() + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
             rss=rss_bytes(),
             policy_s=policy_counters(self.expander)[1] - self.policy_s0,
-            peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
+            peak_rss=peak_rss_bytes(),
         )
         if not rows:
             return {"stats": dict(self.stats)}
@@ -493,7 +493,7 @@ class PartitionActor:
             self.stats["check_s"] = time.perf_counter() - t
         self.values = (values, lower, upper)
         init = self.part.initial
-        self.stats["peak_rss"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        self.stats["peak_rss"] = peak_rss_bytes()
         self.stats["rss"] = rss_bytes()
         return {"gids": self.part.gids[init], "value": values[init], "lower": lower[init], "upper": upper[init],
                 "stats": dict(self.stats)}
