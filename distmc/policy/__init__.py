@@ -37,6 +37,7 @@ __all__ = [
     "find_interface",
     "load_interface",
     "load_policy",
+    "require_packages",
 ]
 
 #: Interface files looked for beside a policy file ``trained.zip``/``trained.pt``, in this order.
@@ -72,6 +73,21 @@ def detect_format(spec: str | None) -> str:
         if any("/code/" in n or n.endswith("constants.pkl") for n in names):
             return "torchscript"
     return "state_dict"
+
+
+def require_packages(spec: str | None) -> None:
+    """Stop with a :class:`~distmc.errors.MissingDependencyError` if loading ``spec`` needs a missing package.
+
+    Nothing is loaded; a run calls this before its work starts, so the error comes first, in one line.
+    """
+    from distmc._internal.deps import require
+
+    fmt = detect_format(spec)
+    if fmt == "sb3":
+        from distmc.policy.sb3 import ALGORITHMS, detect_algorithm
+
+        algo = detect_algorithm(str(spec))
+        require(ALGORITHMS[algo], f"{spec}: a Stable-Baselines3 {algo} policy")
 
 
 def load_policy(spec: str | None, model: Model, interface: str | Path | None = None, *, trust: bool = False) -> Policy:

@@ -76,12 +76,10 @@ def load_sb3(path: str | Path, *, trust: bool, device: str = "cpu") -> Any:
             "pass --trust-policy (verify(..., trust_policy=True)) if you trust it, or export the actor to "
             "TorchScript with distmc.gym.export_policy"
         )
-    try:
-        package = importlib.import_module(ALGORITHMS[algo])
-    except ImportError:
-        raise PolicyError(
-            f"{p}: reading {algo} models needs {ALGORITHMS[algo]}, in the rl extra: pip install 'distmc[rl]'"
-        ) from None
+    from distmc._internal.deps import require
+
+    require(ALGORITHMS[algo], f"{p}: a Stable-Baselines3 {algo} policy")
+    package = importlib.import_module(ALGORITHMS[algo])
     try:
         return getattr(package, algo).load(str(p), device=device)
     except Exception as exc:  # noqa: BLE001 - a foreign file: any failure is the file's
