@@ -227,6 +227,7 @@ def verify(
             raise DistmcError("--resume DIR goes on writing to DIR: do not give another --checkpoint-dir")
         ckpt = Checkpoint.open(resume)
         job = _resumed_job(ckpt.job, job, model_path, prop)
+        checker = ckpt.meta.get("checker", "auto") if checker == "auto" else checker  # the one the run asked for
     if driver is None:
         driver = ("local" if workers == 1 and address is None and resume is None and checkpoint_dir is None
                   and not policy_servers else "ray")
@@ -241,7 +242,7 @@ def verify(
     parts = job.build(explorer=driver == "local")
     model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
     if checkpoint_dir is not None and ckpt is None:
-        ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names)
+        ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names, checker=checker)
     t1 = time.perf_counter()
     if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
@@ -271,13 +272,13 @@ def verify(
         result=result,
         states=induced.n_states,
         transitions=induced.n_transitions,
-        mode=mode,
+        mode=job.mode,  # after --resume: the checkpoint's, not this call's defaults
         workers=workers,
         driver=driver,
         worker_stats=list(explored.worker_stats),
         model=job.model_path,
         property=job.prop,
-        policy=parts.policy.name if parts.policy else (Path(str(policy)).name if parts.uses_policy else "none"),
+        policy=parts.policy.name if parts.policy else (Path(str(job.policy)).name if parts.uses_policy else "none"),
         induced=induced.kind,
         choices=induced.n_rows,
         initial_states=int(induced.initial.shape[0]),

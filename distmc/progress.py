@@ -20,10 +20,18 @@ from rich.text import Text
 __all__ = ["LiveProgress", "setup_logging"]
 
 
+#: Loggers of Ray's own notices (the token-authentication notice of every new local Ray, start-up messages):
+#: shown with ``--log-level debug`` only, as Storm's log is. Ray resets the level of its ``ray`` logger when it is
+#: imported, not of these.
+RAY_NOTICES = ("ray._private", "ray.worker", "ray.util")
+
+
 def setup_logging(level: str) -> None:
-    """Log records of distmc at ``level`` and above to standard error, one line each."""
+    """Log records of distmc at ``level`` and above to standard error, one line each; Ray's notices only at debug."""
     logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("distmc").setLevel(level.upper())
+    for name in RAY_NOTICES:
+        logging.getLogger(name).setLevel(logging.NOTSET if level == "debug" else logging.ERROR)
 
 
 def _si(x: float) -> str:
