@@ -38,7 +38,7 @@ def _driver_s(r: Any) -> float:
     The two drivers split this work differently (Ray actors merge each row's branches as they keep them, the
     in-process driver's reducer merges them in place), so they are compared on the sum.
     """
-    return float(r.timings["explore_s"] + r.timings["assemble_s"])
+    return float(r.timings["explore_s"] + r.timings["assemble_s"] + r.timings.get("handoff_s", 0.0))
 
 
 def main(argv: list[str] | None = None) -> int:

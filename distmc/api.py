@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
 from distmc.check.checker import check
@@ -94,6 +94,14 @@ def _resumed_job(saved: Job, given: Job, model_path: object, prop: object) -> Jo
     return saved
 
 
+def _time_line(t: dict[str, float]) -> str:
+    """The summary's ``time:`` line: every phase that took time, in order, then the total they add up to."""
+    parts = [(PHASES[name], t.get(f"{PHASES[name]}_s")) for name in PHASES]
+    shown = ", ".join(f"{'hand-off' if k == 'handoff' else k} {v:.3f} s" for k, v in parts
+                      if v is not None and (v > 0 or k in ("explore", "check")))
+    return f"{shown}, total {t['total_s']:.3f} s"
+
+
 @dataclass
 class Report:
     """What a run found (``--json`` writes it)."""
@@ -129,8 +137,7 @@ class Report:
             f"{self.property}  =  {res}\n"
             f"  model {self.model} ({self.mode}, policy {self.policy}); induced {self.induced}: "
             f"{self.states} states, {self.transitions} transitions, {self.choices} rows, depth {self.depth}\n"
-            f"  time: explore {t['explore_s']:.3f} s, assemble {t['assemble_s']:.3f} s, "
-            f"check {t['check_s']:.3f} s, total {t['total_s']:.3f} s"
+            f"  time: {_time_line(t)}"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
         )
 
@@ -154,6 +161,7 @@ def verify(
     checkpoint_dir: str | Path | None = None,
     resume: str | Path | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
+    phases: Callable[[str, str], None] | None = None,
     gpus_per_worker: float | None = None,
     threads_per_worker: int | None = None,
     policy_servers: int = 0,
@@ -187,6 +195,9 @@ def verify(
         resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
             arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.
         progress: called after every explored level with a dict (depth, states, frontier, transitions, ...).
+        phases: called with a phase's name (``parsing``, ``exploring``, ``assembling``, ``exporting``,
+            ``handing to Storm``, ``checking``) and a detail when it starts (:mod:`distmc._internal.phases`; the
+            live line shows it, ``--log-level info`` logs each phase's start and end).
         gpus_per_worker: Ray driver: the GPU share each worker asks for (None: the cluster's GPUs split evenly
             over the workers, at most one each; 0: policies on the CPU).
         threads_per_worker: Ray driver: the compiled kernels' threads in each worker (None: the cluster's CPUs
@@ -218,7 +229,8 @@ def verify(
     if resume is None and (model_path is None or prop is None):
         raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
     limits = Limits(max_states, parse_memory(max_memory), parse_duration(timeout))
-    t0 = time.perf_counter()
+    clock = PhaseClock(phases)
+    clock.start("parsing")
     job = Job(str(model_path), str(prop), _const_text(constants), policy, None if interface is None else str(interface),
               mode, threshold, resolve, trust_policy)
     ckpt: Checkpoint | None = None
@@ -243,7 +255,7 @@ def verify(
     model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
     if checkpoint_dir is not None and ckpt is None:
         ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names, checker=checker)
-    t1 = time.perf_counter()
+    clock.start("exploring", driver)
     if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
     else:
@@ -253,21 +265,23 @@ def verify(
                                limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker,
                                threads_per_worker=threads_per_worker,
                                policy_servers=policy_servers if parts.uses_policy else 0)
-    t2 = time.perf_counter()
+    clock.start("assembling")
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
     used = _choose_checker(checker, limits, induced, spec, int(explored.stats.get("depth", 0)),
                            release=not keep_model)
     if export_path is not None:
+        clock.start("exporting", str(export_path))
         export(induced, export_path)
     if used == "native":
-        t3 = time.perf_counter()
+        clock.start("checking", "distmc's native value iteration")
         result = check_native(induced, spec)
     else:
+        clock.start("handing to Storm")
         storm_model = to_storm(induced, release=not keep_model)
-        t3 = time.perf_counter()
+        clock.start("checking", "Storm")
         result = check(storm_model, spec, induced.kind, induced.initial)
-    t4 = time.perf_counter()
+    timings = clock.stop()
     report = Report(
         result=result,
         states=induced.n_states,
@@ -287,13 +301,7 @@ def verify(
         policy_calls=int(explored.stats.get("policy_calls", 0)),
         restarts=int(explored.stats.get("restarts", 0)),
         checker=used,
-        timings={
-            "parse_s": t1 - t0,
-            "explore_s": t2 - t1,
-            **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT},
-            "assemble_s": t3 - t2,
-            "check_s": t4 - t3,
-            "total_s": time.perf_counter() - t0,
-        },
+        timings={"handoff_s": 0.0, **timings,
+                 **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT}},
     )
     return (report, induced) if keep_model else report

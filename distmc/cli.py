@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint_dir=args.checkpoint_dir,
                 resume=args.resume,
                 progress=progress,
+                phases=progress.phase,
                 gpus_per_worker=args.gpus_per_worker,
                 threads_per_worker=args.threads_per_worker,
                 policy_servers=args.policy_servers,

@@ -3,7 +3,8 @@
 The drivers call a progress function after every breadth-first level with a dict (``depth``, ``states``,
 ``frontier``, ``transitions``, ``policy_states``, ``memory``, ``elapsed_s``, and under the Ray driver
 ``restarts``); :class:`LiveProgress` shows it as one line on standard error that is redrawn in place and removed
-at the end. It shows only on a terminal and never with ``--quiet``; scripts get the same figures as log records
+at the end. After the exploration the line names the phase that runs (``assembling``, ``handing to Storm``,
+``checking (Storm)``) and counts its seconds, so a long hand-off or check does not look like a hung run. It shows only on a terminal and never with ``--quiet``; scripts get the same figures as log records
 with ``--log-level info`` (``distmc.local`` / ``distmc.ray`` loggers, ``key=value`` fields).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from types import TracebackType
 
 from rich.console import Console
@@ -48,6 +50,7 @@ class LiveProgress:
         self.console = console or Console(stderr=True)
         self.enabled = enabled and self.console.is_terminal
         self.live: Live | None = None
+        self.last: dict[str, float] | None = None  # the last level's figures
 
     def __enter__(self) -> LiveProgress:
         if self.enabled:
@@ -74,5 +77,27 @@ class LiveProgress:
         return line
 
     def __call__(self, info: dict[str, float]) -> None:
+        self.last = info
         if self.live is not None:
             self.live.update(Text(self.render(info)))
+
+    def phase(self, name: str, detail: str = "") -> None:
+        """Show the phase that runs now (after exploration: assembling, handing to Storm, checking)."""
+        if self.live is not None and name != "exploring":
+            self.live.update(_PhaseLine(name, detail, self.last))
+
+
+class _PhaseLine:
+    """The live line during a phase after exploration: its name, the model's size, and the seconds it has run.
+
+    Rendered anew at each refresh (rich calls ``__rich__``), so the seconds count while the phase runs.
+    """
+
+    def __init__(self, name: str, detail: str, last: dict[str, float] | None) -> None:
+        self.text = name + (f" ({detail})" if detail else "")
+        if last is not None:
+            self.text += f" | {_si(last['states'])} states, {_si(last['transitions'])} transitions"
+        self.since = time.perf_counter()
+
+    def __rich__(self) -> Text:
+        return Text(f"{self.text} | {time.perf_counter() - self.since:.1f} s")

@@ -216,3 +216,61 @@ def test_ray_notices_only_at_debug() -> None:
         assert notice.isEnabledFor(logging.WARNING)
     finally:
         setup_logging("warning")
+
+
+# -- live phases ---------------------------------------------------------------------------------------------------
+
+
+def test_phases_are_named_logged_and_add_up(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from distmc.api import verify
+    from distmc.cli import _example_path
+
+    seen: list[tuple[str, str]] = []
+    with caplog.at_level(logging.INFO, logger="distmc.phase"):
+        r = verify(_example_path("example"), 'P=? [F "crash"]', constants="N=4", phases=lambda n, d: seen.append((n, d)),
+                   export_path=tmp_path / "m.umb")
+    assert [n for n, _ in seen] == ["parsing", "exploring", "assembling", "exporting", "handing to Storm", "checking"]
+    assert seen[-1] == ("checking", "Storm")
+    events = [(rec.getMessage().split()[0], rec.getMessage().split()[1]) for rec in caplog.records]
+    assert events == [(f"phase={n.replace(' ', '_')}", f"event={e}") for n, _ in seen for e in ("start", "end")]
+    t = r.timings  # type: ignore[union-attr]
+    parts = ("parse_s", "explore_s", "assemble_s", "export_s", "handoff_s", "check_s")
+    assert all(t[k] > 0 for k in parts)
+    assert abs(sum(t[k] for k in parts) - t["total_s"]) < 1e-9  # nothing left out of the total
+    line = r.summary().splitlines()[2]  # type: ignore[union-attr]
+    assert line.startswith("  time: parse ") and "hand-off" in line and "export" in line
+    # the figures shown add up to the total shown (each rounded to the millisecond)
+    shown = [float(w) for w in line.replace(",", "").split() if w.replace(".", "").isdigit()]
+    assert abs(sum(shown[:-1]) - shown[-1]) <= 0.0005 * len(shown)
+
+
+def test_native_check_has_no_handoff() -> None:
+    from distmc.api import verify
+    from distmc.cli import _example_path
+
+    seen: list[tuple[str, str]] = []
+    r = verify(_example_path("example"), 'P=? [F "crash"]', constants="N=3", checker="native",
+               phases=lambda n, d: seen.append((n, d)))
+    assert seen[-1] == ("checking", "distmc's native value iteration") and "handing to Storm" not in dict(seen)
+    assert r.timings["handoff_s"] == 0.0 and "hand-off" not in r.summary()  # type: ignore[union-attr]
+
+
+def test_live_line_names_the_phase() -> None:
+    import io
+
+    from rich.console import Console
+
+    from distmc.progress import LiveProgress
+
+    buf = io.StringIO()
+    with LiveProgress(console=Console(file=buf, force_terminal=True, width=200)) as live:
+        live({"depth": 3, "states": 1500, "frontier": 0, "transitions": 9000, "elapsed_s": 1.0})
+        live.phase("handing to Storm")
+        assert live.live is not None
+        live.live.refresh()
+        assert "handing to Storm | 1.50k states, 9.00k transitions | 0." in buf.getvalue()
+        live.phase("checking", "Storm")
+        live.live.refresh()
+        assert "checking (Storm) | 1.50k states" in buf.getvalue()
