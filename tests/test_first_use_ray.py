@@ -105,3 +105,40 @@ def test_ctrl_c_during_a_ray_run(local_ray: None, tmp_path: Path) -> None:
     straight = verify(AVOID, PROP, constants="N=7,slickness=0.1")
     assert (resumed.result, resumed.states, resumed.transitions) == (  # type: ignore[union-attr]
         straight.result, straight.states, straight.transitions)  # type: ignore[union-attr]
+
+
+def test_distmc_scale(local_ray: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, png = tmp_path / "s.json", tmp_path / "s.png"
+    assert main(["scale", "example", "--const", "N=5", "--prop", PROP, "--policy", "example", "--workers", "1,2",
+                 "--repeat", "2", "--json", str(out), "--plot", str(png)]) == 0
+    captured = capsys.readouterr()
+    rep = json.loads(out.read_text())
+    straight = verify(EXAMPLE, PROP, constants="N=5", **POLICY)
+    assert rep["same_value"] is True and rep["states"] == straight.states  # type: ignore[union-attr]
+    assert [r["workers"] for r in rep["runs"]] == [1, 2]
+    for run in rep["runs"]:
+        assert set(run) >= {"workers", "result", "timings", "speedup", "efficiency", "bytes_per_state", "balance",
+                            "worker_stats"}
+        assert run["result"] == straight.result  # type: ignore[union-attr]
+        assert len(run["worker_stats"]) == run["workers"]
+        t = run["timings"]
+        assert run["speedup"] == pytest.approx(
+            (rep["runs"][0]["timings"]["levels_s"] + rep["runs"][0]["timings"]["gather_s"])
+            / (t["levels_s"] + t["gather_s"]))
+    assert rep["runs"][0]["speedup"] == 1.0 and rep["runs"][0]["bytes_per_state"] == 0.0  # one worker sends nothing
+    assert rep["runs"][1]["bytes_per_state"] > 0 and rep["runs"][1]["efficiency"] == rep["runs"][1]["speedup"] / 2
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = captured.out.splitlines()
+    assert table[2].startswith("| workers | value |") and len([ln for ln in table if ln.startswith("| 1 |")]) == 1
+    assert "the same value" in captured.out
+    assert len([ln for ln in captured.err.splitlines() if ln.startswith("workers ")]) == 4  # a line per run
+
+
+def test_scale_says_when_worker_counts_disagree() -> None:
+    from distmc.scale import Scaling, table
+
+    runs = [{"workers": w, "result": v, "states": 10, "timings": {"explore_s": 1.0, "assemble_s": 0.0, "check_s": 0.0,
+                                                                  "total_s": 1.0}, "speedup": 1.0, "efficiency": 1.0,
+             "bytes_per_state": 0.0, "balance": 1.0} for w, v in ((1, 0.5), (2, 0.25))]
+    text = table(Scaling("m.prism", "P=? [F x=1]", None, "uniform", 10, 20, runs, same_value=False))
+    assert "DIFFERENT results (1 workers: 0.5 (10 states), 2 workers: 0.25 (10 states))" in text
