@@ -10,7 +10,7 @@ hand-off and check are reported beside it.
 Per run: ``workers``, ``result``, ``timings`` (the report's), ``speedup`` (the first worker count's exploration
 time over this run's: 1.0 for the first), ``efficiency`` (speed-up over the ratio of the worker counts),
 ``bytes_per_state`` (Arrow key batches sent between workers, per state), ``balance`` (the largest partition over
-the mean) and ``worker_stats``. :func:`table` prints them, :func:`plot` draws time per phase (stacked) and speed-up
+the mean), ``worker_stats``, and ``first_timings`` (the first run's, which started the actors). :func:`table` prints them, :func:`plot` draws time per phase (stacked) and speed-up
 against the ideal.
 
 Example::
@@ -88,7 +88,8 @@ def _parse_counts(text: str) -> list[int]:
 
 
 def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
-          log_run: Callable[[str], None] | None = None, **verify_kw: Any) -> Scaling:
+          log_run: Callable[[str], None] | None = None, before_run: Callable[[], None] | None = None,
+          **verify_kw: Any) -> Scaling:
     """Run ``verify(model, prop, workers=w, driver="ray", **verify_kw)`` for each ``w`` in ``workers``.
 
     Args:
@@ -97,6 +98,8 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
         workers: the worker counts, in the order to run them (the first is the base of the speed-up).
         repeat: runs per worker count; the one with the shortest exploration is kept.
         log_run: called with one line per run (the CLI prints it to standard error).
+        before_run: called before every run (``benchmarks/scaling.py`` runs its in-process reference there, so
+            that both drivers are measured under the same load).
         verify_kw: the other arguments of :func:`distmc.api.verify` (``constants``, ``policy``, ``address``,
             ``threads_per_worker``, ...).
     """
@@ -106,23 +109,27 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
         raise DistmcError(f"--repeat must be at least 1, not {repeat}")
     if not workers or min(workers) < 1:
         raise DistmcError(f"worker counts must be at least 1, not {workers}")
-    kept: list[tuple[int, Report]] = []
+    kept: list[tuple[int, Report, Report]] = []  # workers, the fastest run, the first (which started the actors)
     for w in workers:
         best: Report | None = None
+        first: Report | None = None
         for k in range(repeat):
+            if before_run is not None:
+                before_run()
             r = verify(model, prop, workers=w, driver="ray", **verify_kw)
             assert isinstance(r, Report)
+            first = first or r
             if log_run is not None:
                 log_run(f"workers {w}, run {k + 1}/{repeat}: value {r.result}, explore {r.timings['explore_s']:.2f} s"
                         f" (start-up {startup_time(r.timings):.2f} s), total {r.timings['total_s']:.2f} s")
             if best is None or explore_time(r.timings) < explore_time(best.timings):
                 best = r
-        assert best is not None
-        kept.append((w, best))
-    w0, r0 = kept[0]
+        assert best is not None and first is not None
+        kept.append((w, best, first))
+    w0, r0, _ = kept[0]
     t0 = explore_time(r0.timings)
     runs = []
-    for w, r in kept:
+    for w, r, r1 in kept:
         ws = r.worker_stats
         owned = [float(s["states"]) for s in ws] or [float(r.states)]
         speedup = t0 / explore_time(r.timings) if explore_time(r.timings) > 0 else float("nan")
@@ -130,7 +137,7 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
             "workers": w, "result": r.result, "timings": r.timings, "speedup": speedup,
             "efficiency": speedup / (w / w0), "bytes_per_state": sum(float(s.get("bytes_sent", 0)) for s in ws) / r.states,
             "balance": max(owned) / (sum(owned) / len(owned)), "worker_stats": ws,
-            "states": r.states, "transitions": r.transitions,
+            "states": r.states, "transitions": r.transitions, "first_timings": r1.timings,
         })
     same = all(run["result"] == r0.result and run["states"] == r0.states for run in runs)
     return Scaling(model=str(model), property=prop, constants=verify_kw.get("constants"), policy=r0.policy,
