@@ -6,7 +6,7 @@ with that environment's ``distmc`` and ``python``, from the repository root. A c
 where the README shows a result, prints it (the example table's values, to the digits shown; the set-up command's
 and the Python example's printed values). Commands that are not run say why (the test command is CI's own; the
 retraining and the paper's experiment take hours; the Gymnasium example needs the ``rl`` extra). The last line is
-``N passed, M failed``; the exit code is 1 if any failed.
+``README commands: N ok, M failed``; the exit code is 1 if any failed.
 
 Usage (from the repository root; CI calls it from ``.ci/run``)::
 
@@ -28,7 +28,7 @@ VENV = REPO / ".venv-readme"
 
 #: Commands the README shows that are not run here, and why (matched by their start).
 NOT_RUN = {
-    'pip install torch==2.13.0 -e ".[test]"': "the test command: CI runs it itself, just before this script",
+    'pip install torch==2.13.0 -e ".[test]"': "the test command: CI runs it itself, after this script",
     "pip install torch==2.13.0 -e \".[dev]\"": "the developers' install (ruff, mypy); not a user's command",
     "nice -n 10 python benchmarks/train.py": "retrains every shipped policy (hours on this machine)",
     "python benchmarks/paper.py": "the paper's whole experiment (tens of minutes); tests/test_benchmarks.py checks it",
@@ -116,7 +116,7 @@ def main() -> int:
         for name in set(os.listdir(REPO)) - before - {VENV.name}:  # what the commands wrote (report.json, ...)
             p = REPO / name
             shutil.rmtree(p) if p.is_dir() else p.unlink()
-    print(f"readme: {passed} passed, {failed} failed")
+    print(f"README commands: {passed} ok, {failed} failed")
     return 1 if failed else 0
 
 

@@ -274,3 +274,23 @@ def test_live_line_names_the_phase() -> None:
         live.phase("checking", "Storm")
         live.live.refresh()
         assert "checking (Storm) | 1.50k states" in buf.getvalue()
+
+
+def test_readme_script_finds_every_command_and_checks_values() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ci_readme", REPO / ".ci" / "readme.py")
+    assert spec is not None and spec.loader is not None
+    readme = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(readme)
+    found = readme.commands((REPO / "README.md").read_text())
+    cmds = [c for c, _ in found]
+    assert cmds[0].startswith("pip install torch==2.13.0 -e . && distmc run example")  # the plain install first
+    assert any(c.startswith("distmc scale ") for c in cmds) and any(c.startswith("distmc abstract ") for c in cmds)
+    assert not any("MODEL" in c for c in cmds)  # usage synopses are not commands
+    shown = dict(found)
+    assert shown["distmc run example --const N=6 --policy uniform --prop 'P=? [F \"crash\"]'"] == "0.685 (1,296 states)"
+    out = 'P=? [F "crash"]  =  0.685352451959\n  model ...; induced dtmc: 1296 states, 13094 transitions'
+    assert readme.agrees(out, "0.685 (1,296 states)")
+    assert not readme.agrees(out.replace("0.685", "0.695"), "0.685 (1,296 states)")
+    assert not readme.agrees(out.replace("1296 states", "1297 states"), "0.685 (1,296 states)")
