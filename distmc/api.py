@@ -7,18 +7,25 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
-from distmc.check.checker import check
-from distmc.check.native import check_native, unsupported
+from distmc.check.checker import DTMC_PRECISION, check
+from distmc.check.native import at_initial, check_native, unsupported
 from distmc.check.properties import PropertySpec
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
 from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, rss_bytes
 from distmc.explore.local import explore_local
-from distmc.pipeline import Job
+from distmc.explore.partition import Explored
+from distmc.pipeline import Job, Parts
+
+if TYPE_CHECKING:
+    from distmc.explore.ray.coordinator import RayRows
 
 __all__ = ["Report", "verify"]
 
@@ -42,6 +49,43 @@ _EXPLORE_SPLIT = ("startup_s", "levels_s", "place_s", "gather_s", "policy_s")
 #: Measured on avoid 8x8 (36.9 M transitions): 58 B with the reducer's copy released (74 B without); rounded up.
 #: On avoid 12x12 (354 M transitions) an estimate of 40 B let a run under --max-memory 21G be killed for memory.
 STORM_BYTES_PER_TRANSITION = 80
+
+#: What gathering a Ray run's rows into the driver costs per transition: the rows themselves (int64 target and
+#: float64 probability), and with several workers a second copy while they are placed in global order.
+GATHER_BYTES_PER_TRANSITION = 16
+
+
+def _peak_rss() -> int:
+    """This process's resident-set peak, in bytes (since it started)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _choose_ray_checker(checker: str, limits: Limits, rows: object, spec: PropertySpec, kind: str, workers: int,
+                        worker_rss: int) -> str:
+    """``storm`` (gather the rows into this process) or ``distributed`` for a Ray run with the rows on the actors.
+
+    ``auto``: Storm when gathering the rows and Storm's import and check fit in this process (under
+    ``--max-memory``, less what the workers hold, else this machine's available memory), else the distributed
+    check when it can check the property, else Storm as :func:`_choose_checker` decides.
+    """
+    if checker == "distributed":
+        why = unsupported(spec, kind)
+        if why is not None:
+            raise PropertyError(f"--checker distributed cannot check '{spec.text}': {why}")
+        return "distributed"
+    transitions = int(getattr(rows, "n_transitions"))  # noqa: B009 - a RayRows
+    per = STORM_BYTES_PER_TRANSITION + GATHER_BYTES_PER_TRANSITION * (2 if workers > 1 else 1) - 16
+    rss = rss_bytes()
+    need = rss + per * transitions
+    budget = limits.max_memory - worker_rss if limits.max_memory is not None else rss + available_bytes()
+    if need <= budget or unsupported(spec, kind) is not None:
+        return "storm"
+    log.warning("gathering the rows and Storm's check would need about %.1f GiB in this process for %d transitions "
+                "(%.1f GiB available): checking on the workers (distributed)", need / 2**30, transitions,
+                budget / 2**30)
+    return "distributed"
 
 
 def _choose_checker(checker: str, limits: Limits, induced: InducedModel, spec: PropertySpec, depth: int,
@@ -124,7 +168,9 @@ class Report:
     driver: str = "local"
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor: states, batches, bytes sent, ...
     restarts: int = 0  # workers lost and replaced from the checkpoint
-    checker: str = "storm"  # "storm", or "native" (distmc's value iteration, :mod:`distmc.check.native`)
+    checker: str = "storm"  # "storm", "native" (distmc's value iteration, :mod:`distmc.check.native`) or "distributed"
+    # resident-set peaks in bytes: this process, and each Ray worker (none in-process)
+    memory: dict[str, object] = field(default_factory=lambda: {"driver_peak_bytes": 0, "worker_peak_bytes": []})
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -222,8 +268,8 @@ def verify(
         raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
     if threads_per_worker is not None and threads_per_worker < 1:
         raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
-    if checker not in ("auto", "storm", "native"):
-        raise DistmcError(f"--checker must be auto, storm or native, not '{checker}'")
+    if checker not in ("auto", "storm", "native", "distributed"):
+        raise DistmcError(f"--checker must be auto, storm, native or distributed, not '{checker}'")
     if not 0.0 <= threshold < 1.0:
         raise DistmcError(f"--threshold must be in [0, 1), not {threshold}")
     if resume is None and (model_path is None or prop is None):
@@ -242,7 +288,7 @@ def verify(
         checker = ckpt.meta.get("checker", "auto") if checker == "auto" else checker  # the one the run asked for
     if driver is None:
         driver = ("local" if workers == 1 and address is None and resume is None and checkpoint_dir is None
-                  and not policy_servers else "ray")
+                  and not policy_servers and checker != "distributed" else "ray")
     if driver not in ("local", "ray"):
         raise DistmcError(f"--driver must be 'local' or 'ray', not '{driver}'")
     if driver == "local" and workers != 1:
@@ -251,25 +297,55 @@ def verify(
         raise DistmcError("policy servers serve Ray workers: use --driver ray (or leave --driver out)")
     if driver == "local" and (checkpoint_dir is not None or resume is not None):
         raise DistmcError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
+    if driver == "local" and checker == "distributed":
+        raise DistmcError("--checker distributed checks on the Ray workers: use --driver ray (or leave --driver out)")
+    if checker == "distributed" and (keep_model or export_path is not None):
+        raise DistmcError("--checker distributed leaves the model on the workers: to export it (or keep it), use "
+                          "--checker storm or native, which gather it into this process")
     parts = job.build(explorer=driver == "local")
     model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
     if checkpoint_dir is not None and ckpt is None:
         ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names, checker=checker)
     clock.start("exploring", driver)
+    rows_stay = driver == "ray" and checker in ("auto", "distributed") and export_path is None and not keep_model
+    bounds = None
     if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
     else:
-        from distmc.explore.ray_driver import explore_ray
+        from distmc.explore.ray import explore_ray
 
         explored = explore_ray(job, codec, codec.pack(model.initial_states), workers, address=address,
                                limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker,
                                threads_per_worker=threads_per_worker,
-                               policy_servers=policy_servers if parts.uses_policy else 0)
+                               policy_servers=policy_servers if parts.uses_policy else 0, rows_stay=rows_stay)
     clock.start("assembling")
+    if not isinstance(explored, Explored):  # the rows are on the Ray workers
+        ray_rows = explored
+        ok = False
+        try:
+            kind = "mdp" if parts.force_mdp else "dtmc"  # a policy-induced model with several rows fails in the check
+            used = _choose_ray_checker(checker, limits, ray_rows, spec, kind, workers,
+                                       sum(int(w.get("rss", 0)) for w in ray_rows.worker_stats))
+            if used == "distributed":
+                clock.start("checking", "distributed, on the Ray workers")
+                out = ray_rows.check(DTMC_PRECISION, progress=progress)
+                timings = clock.stop()
+                # the workers build their parts of the model (and the exchange plan) first: that is assembly
+                timings["assemble_s"] += float(out["build_s"])
+                timings["check_s"] -= float(out["build_s"])
+                result = at_initial(out["value"], np.arange(out["value"].shape[0]))
+                bounds = (at_initial(out["lower"], np.arange(out["lower"].shape[0])),
+                          at_initial(out["upper"], np.arange(out["upper"].shape[0])))
+                ok = True
+                return _distributed_report(job, parts, workers, driver, ray_rows, result, timings)
+            explored = ray_rows.gather()
+            ok = True
+        finally:
+            ray_rows.close(ok)
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
-    used = _choose_checker(checker, limits, induced, spec, int(explored.stats.get("depth", 0)),
-                           release=not keep_model)
+    used = _choose_checker(checker if checker != "auto" or driver == "local" else "storm", limits, induced, spec,
+                           int(explored.stats.get("depth", 0)), release=not keep_model)
     if export_path is not None:
         clock.start("exporting", str(export_path))
         export(induced, export_path)
@@ -282,6 +358,7 @@ def verify(
         clock.start("checking", "Storm")
         result = check(storm_model, spec, induced.kind, induced.initial)
     timings = clock.stop()
+    del bounds
     report = Report(
         result=result,
         states=induced.n_states,
@@ -292,7 +369,7 @@ def verify(
         worker_stats=list(explored.worker_stats),
         model=job.model_path,
         property=job.prop,
-        policy=parts.policy.name if parts.policy else (Path(str(job.policy)).name if parts.uses_policy else "none"),
+        policy=_policy_name(parts, job.policy),  # after --resume: the checkpoint's policy
         induced=induced.kind,
         choices=induced.n_rows,
         initial_states=int(induced.initial.shape[0]),
@@ -301,7 +378,42 @@ def verify(
         policy_calls=int(explored.stats.get("policy_calls", 0)),
         restarts=int(explored.stats.get("restarts", 0)),
         checker=used,
+        memory={"driver_peak_bytes": _peak_rss(),
+                "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in explored.worker_stats]},
         timings={"handoff_s": 0.0, **timings,
                  **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT}},
     )
     return (report, induced) if keep_model else report
+
+
+def _policy_name(parts: Parts, policy: str | None) -> str:
+    return parts.policy.name if parts.policy else (Path(str(policy)).name if parts.uses_policy else "none")
+
+
+def _distributed_report(job: Job, parts: Parts, workers: int, driver: str, rows: RayRows,
+                        result: float | dict[str, float], timings: dict[str, float]) -> Report:
+    """The report of a run checked on the Ray workers (no induced model in this process)."""
+    stats = rows.stats
+    return Report(
+        result=result,
+        states=rows.n_states,
+        transitions=rows.n_transitions,
+        mode=job.mode,
+        workers=workers,
+        driver=driver,
+        worker_stats=list(rows.worker_stats),
+        model=job.model_path,
+        property=job.prop,
+        policy=_policy_name(parts, job.policy),
+        induced="dtmc",
+        choices=rows.n_states,
+        initial_states=rows.n_initial,
+        depth=int(stats.get("depth", 0)),
+        policy_states=int(stats.get("policy_states", 0)),
+        policy_calls=int(stats.get("policy_calls", 0)),
+        restarts=int(stats.get("restarts", 0)),
+        checker="distributed",
+        memory={"driver_peak_bytes": _peak_rss(),
+                "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in rows.worker_stats]},
+        timings={"handoff_s": 0.0, **timings, **{k: float(v) for k, v in stats.items() if k in _EXPLORE_SPLIT}},
+    )

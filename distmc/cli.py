@@ -23,7 +23,8 @@ __all__ = ["main"]
 #: What ``--checker native`` checks, and ``--driver``'s default: the same words in ``run --help`` and the README
 #: (``tests/test_first_use.py`` holds them to it).
 NATIVE_CHECKS = "P=? of F, U and their <=k forms; R=? of F, C<=k, I=k; on induced DTMCs"
-DRIVER_DEFAULT = "local for one worker with no --address, --checkpoint-dir, --resume or --policy-servers, else ray"
+DRIVER_DEFAULT = ("local for one worker with no --address, --checkpoint-dir, --resume, --policy-servers or "
+                  "--checker distributed, else ray")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,9 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no live progress display")
     run.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                      help="log records to standard error from this level (info: one record per explored level)")
-    run.add_argument("--checker", default="auto", choices=["auto", "storm", "native"],
-                     help=f"who checks the induced model: storm (the reference), native (distmc's value iteration: "
-                          f"{NATIVE_CHECKS}) or auto (default: Storm unless it would not fit in memory)")
+    run.add_argument("--checker", default="auto", choices=["auto", "storm", "native", "distributed"],
+                     help="who checks the induced model: storm (the reference), native (distmc's value iteration in "
+                          "this process), distributed (the same on the Ray workers, where the rows stay: no process "
+                          "holds the whole model), or auto (default: Storm, unless it would not fit in memory; then "
+                          f"native in-process, distributed under the Ray driver). native and distributed check "
+                          f"{NATIVE_CHECKS}")
     run.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")

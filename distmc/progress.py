@@ -66,6 +66,8 @@ class LiveProgress:
     @staticmethod
     def render(info: dict[str, float]) -> str:
         """The line shown for one progress report."""
+        if "phase" in info:  # after the exploration: what is being done (e.g. "checking: step 41/100")
+            return f"{info['phase']} | {info.get('elapsed_s', 0.0):.0f} s"
         rate = info["transitions"] / info["elapsed_s"] if info.get("elapsed_s") else 0.0
         line = (f"depth {info['depth']:.0f} | states {_si(info['states'])} | frontier {_si(info['frontier'])} | "
                 f"transitions {_si(info['transitions'])} ({_si(rate)}/s) | policy {_si(info.get('policy_states', 0))}"

@@ -142,3 +142,16 @@ def test_scale_says_when_worker_counts_disagree() -> None:
              "bytes_per_state": 0.0, "balance": 1.0} for w, v in ((1, 0.5), (2, 0.25))]
     text = table(Scaling("m.prism", "P=? [F x=1]", None, "uniform", 10, 20, runs, same_value=False))
     assert "DIFFERENT results (1 workers: 0.5 (10 states), 2 workers: 0.25 (10 states))" in text
+
+
+def test_distributed_check_phases_add_up(local_ray: None) -> None:
+    seen: list[tuple[str, str]] = []
+    r = verify(EXAMPLE, PROP, constants="N=5", **POLICY, workers=2, checker="distributed",
+               phases=lambda n, d: seen.append((n, d)))
+    assert r.checker == "distributed"  # type: ignore[union-attr]
+    assert [n for n, _ in seen] == ["parsing", "exploring", "assembling", "checking"]
+    assert seen[-1][1] == "distributed, on the Ray workers"
+    t = r.timings  # type: ignore[union-attr]
+    parts = ("parse_s", "explore_s", "assemble_s", "handoff_s", "check_s")
+    assert abs(sum(t[k] for k in parts) - t["total_s"]) < 1e-9 and t["handoff_s"] == 0.0
+    assert t["assemble_s"] > 0 and t["check_s"] > 0

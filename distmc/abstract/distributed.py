@@ -1,6 +1,6 @@
 """The abstract MDP on distmc's Ray driver: every actor builds its own box expander and owns states by key hash.
 
-:class:`BoxJob` plays the part of :class:`distmc.pipeline.Job` for :func:`distmc.explore.ray_driver.explore_ray`:
+:class:`BoxJob` plays the part of :class:`distmc.pipeline.Job` for :func:`distmc.explore.ray.explore_ray`:
 it carries what an actor needs to expand any key (the environment's name, the network's weights, the fault
 model, the registered initial boxes, the splitting settings) and builds a :class:`BoxExpander` with it. Image and
 cell keys say what their state is (:mod:`distmc.abstract.mdp`), so no registry is shared. The actors split boxes

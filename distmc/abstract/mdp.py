@@ -331,7 +331,7 @@ def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon:
     steps = 2 * horizon - 1
     if driver == "ray":
         from distmc.abstract.distributed import BoxJob, KeyCodec
-        from distmc.explore.ray_driver import explore_ray
+        from distmc.explore.ray import explore_ray
 
         sp = expander.splitter
         job = BoxJob(expander.env.name, sp.net.to_arrays(), expander.faults, expander.init_lo, expander.init_hi,

@@ -18,7 +18,7 @@ from distmc.model.expr import CompiledExpr
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 
-__all__ = ["InducedModel", "assemble", "merge_csr_rows"]
+__all__ = ["InducedModel", "assemble", "label_states", "merge_csr_rows"]
 
 #: States decoded at a time when labelling (bounds the memory of the decoded block).
 LABEL_CHUNK = 1 << 18
@@ -119,6 +119,59 @@ def _merge_chunks(parts: Explored, n: int) -> tuple[np.ndarray, list[np.ndarray]
     return offsets, t_chunks, p_chunks
 
 
+def label_states(
+    keys: np.ndarray,
+    model: Model,
+    codec: StateCodec,
+    atoms: Mapping[str, CompiledExpr],
+    reward_names: list[str],
+    init: np.ndarray,
+    deadlock: np.ndarray,
+    loop: np.ndarray,
+    action_rewards: Mapping[str, np.ndarray],
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray | None, np.ndarray | None]]]:
+    """Labels (the model's, the property's atoms, ``init``, ``deadlock``) and rewards of the states ``keys``.
+
+    Args:
+        keys: ``[N]`` packed states (the reducer's whole model, or one worker's states for the distributed check).
+        model: the model (its labels and reward structures).
+        codec: the packing of ``keys``.
+        atoms: the property's atoms, labelled under their names.
+        reward_names: the reward structures to give.
+        init: ``[N]`` bool, the initial states.
+        deadlock: ``[N]`` bool, the deadlock states.
+        loop: ``[N]`` bool, terminal or deadlock states: they get zero state rewards, as in Storm.
+        action_rewards: name -> ``[N]`` policy-weighted action rewards of each state's row (a DTMC's one row per
+            state), or ``[R]`` per row.
+
+    Returns:
+        (name -> ``[N]`` bool, name -> (state rewards ``[N]`` or None, action rewards or None)).
+    """
+    n = keys.shape[0]
+    labels: dict[str, np.ndarray] = {name: np.zeros(n, dtype=bool) for name in model.labels}
+    for name in atoms:
+        labels[name] = np.zeros(n, dtype=bool)
+    state_rew = {name: np.zeros(n) for name in reward_names}
+    for start in range(0, n, LABEL_CHUNK):
+        states = codec.unpack(keys[start : start + LABEL_CHUNK])
+        sl = slice(start, start + states.shape[0])
+        for name, e in model.labels.items():
+            labels[name][sl] = e(states)
+        for name, atom in atoms.items():
+            labels[name][sl] = atom(states)
+        for name in reward_names:
+            state_rew[name][sl] = model.reward(name).state_rewards(states)
+    labels["init"] = init
+    labels["deadlock"] = deadlock.copy()
+    rewards: dict[str, tuple[np.ndarray | None, np.ndarray | None]] = {}
+    for name in reward_names:
+        structure = model.reward(name)
+        s = state_rew[name]
+        s[loop] = 0.0  # Storm gives terminal and deadlock states zero rewards
+        rewards[name] = (s if structure.state_items else None, action_rewards[name] if structure.action_items else None)
+    return labels, rewards
+
+
 def assemble(
     parts: Explored,
     model: Model,
@@ -142,29 +195,10 @@ def assemble(
         offsets, target_chunks, prob_chunks = _merge_chunks(parts, n)
     kind = "mdp" if force_mdp or (per_state > 1).any() else "dtmc"
 
-    labels: dict[str, np.ndarray] = {name: np.zeros(n, dtype=bool) for name in model.labels}
-    for name in atoms:
-        labels[name] = np.zeros(n, dtype=bool)
-    state_rew = {name: np.zeros(n) for name in reward_names}
-    for start in range(0, n, LABEL_CHUNK):
-        states = codec.unpack(parts.keys[start : start + LABEL_CHUNK])
-        sl = slice(start, start + states.shape[0])
-        for name, e in model.labels.items():
-            labels[name][sl] = e(states)
-        for name, atom in atoms.items():
-            labels[name][sl] = atom(states)
-        for name in reward_names:
-            state_rew[name][sl] = model.reward(name).state_rewards(states)
     init = np.zeros(n, dtype=bool)
     init[parts.initial] = True
-    labels["init"] = init
-    labels["deadlock"] = parts.deadlock.copy()
-    rewards: dict[str, tuple[np.ndarray | None, np.ndarray | None]] = {}
-    for name in reward_names:
-        structure = model.reward(name)
-        s = state_rew[name]
-        s[parts.loop] = 0.0  # Storm gives terminal and deadlock states zero rewards
-        rewards[name] = (s if structure.state_items else None, parts.rewards[name] if structure.action_items else None)
+    labels, rewards = label_states(parts.keys, model, codec, atoms, reward_names, init, parts.deadlock, parts.loop,
+                                   parts.rewards)
     return InducedModel(
         kind=kind,
         row_groups=row_groups,

@@ -31,18 +31,19 @@ order, so the result does not depend on the thread count.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-import numba as nb
 import numpy as np
 import stormpy.logic as sl
 
 from distmc.assemble.reducer import InducedModel
 from distmc.check.checker import DTMC_PRECISION
+from distmc.check.kernels import ChunkedCSR, reach_back_from
 from distmc.check.properties import PropertySpec
 from distmc.errors import PropertyError
 
-__all__ = ["check_native", "unsupported"]
+__all__ = ["Engine", "LocalEngine", "at_initial", "check_native", "matrix_of", "unsupported", "values_of"]
 
 _STEP_BOUND = re.compile(r"U(<=|<)")
 
@@ -110,7 +111,7 @@ def unsupported(spec: PropertySpec, kind: str) -> str | None:
     return None
 
 
-def _states(f: Any, m: InducedModel) -> np.ndarray:
+def _states(f: Any, m: Labelled) -> np.ndarray:
     """``[N]`` bool: the states satisfying the propositional state formula ``f``."""
     n = m.n_states
     if f is None:
@@ -125,147 +126,115 @@ def _states(f: Any, m: InducedModel) -> np.ndarray:
     return m.labels[name]
 
 
-@nb.njit(cache=True, nogil=True, parallel=True)
-def _sweep(row_offsets, first_row, chunk_base, t_list, p_list, x, add, active, fixed, out):  # pragma: no cover
-    # out[r] = add[r] + sum_j P[r, j] x[j] (summed in row order) for the active rows, fixed[r] for the others. Chunk c
-    # holds rows first_row[c]:first_row[c + 1], row r's branches at t_list[c][row_offsets[r] - chunk_base[c]:].
-    for c in range(len(t_list)):
-        t = t_list[c]
-        p = p_list[c]
-        b = chunk_base[c]
-        for r in nb.prange(first_row[c], first_row[c + 1]):
-            if active[r]:
-                acc = 0.0
-                for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
-                    acc += p[j] * x[t[j]]
-                out[r] = add[r] + acc
-            else:
-                out[r] = fixed[r]
+class Engine(Protocol):
+    """The collective operations the checks below are written against (one per worker, the same calls on all).
 
+    Vectors are "extended": ``[C]`` with the caller's ``n`` own states first (its rows), then, for a worker of
+    the distributed checker, copies of the other workers' states its rows point to; the checks only read and write
+    the first ``n`` entries. :class:`LocalEngine` is the native checker (``C = n``, nothing to exchange);
+    :class:`distmc.check.distributed.WorkerEngine` is one worker of the distributed one.
+    """
 
-@nb.njit(cache=True, nogil=True, parallel=True)
-def _sweep2(row_offsets, first_row, chunk_base, t_list, p_list, lo, add, hi, active, lo_out, hi_out):  # pragma: no cover
-    # _sweep for two vectors in one pass over the matrix (``add`` to the first only; fixed rows keep their value).
-    for c in range(len(t_list)):
-        t = t_list[c]
-        p = p_list[c]
-        b = chunk_base[c]
-        for r in nb.prange(first_row[c], first_row[c + 1]):
-            if active[r]:
-                a_lo = 0.0
-                a_hi = 0.0
-                for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
-                    a_lo += p[j] * lo[t[j]]
-                    a_hi += p[j] * hi[t[j]]
-                lo_out[r] = add[r] + a_lo
-                hi_out[r] = a_hi
-            else:
-                lo_out[r] = lo[r]
-                hi_out[r] = hi[r]
+    n: int
 
-
-@nb.njit(cache=True, nogil=True)
-def _count_in(targets, counts):  # pragma: no cover - compiled
-    for j in range(targets.shape[0]):
-        counts[targets[j] + 1] += 1
-
-
-@nb.njit(cache=True, nogil=True)
-def _fill_in(offsets, targets, base, fill, sources):  # pragma: no cover - compiled
-    for i in range(offsets.shape[0] - 1):
-        for j in range(offsets[i], offsets[i + 1]):
-            t = targets[j]
-            sources[fill[t]] = base + i
-            fill[t] += 1
-
-
-@nb.njit(cache=True, nogil=True)
-def _reach_back(in_off, sources, start, through):  # pragma: no cover - compiled
-    # States that reach a `start` state along branches whose source lies in `through` (the start states too).
-    seen = start.copy()
-    stack = np.empty(seen.shape[0], np.int64)
-    top = 0
-    for s in range(seen.shape[0]):
-        if seen[s]:
-            stack[top] = s
-            top += 1
-    while top > 0:
-        top -= 1
-        t = stack[top]
-        for k in range(in_off[t], in_off[t + 1]):
-            s = sources[k]
-            if not seen[s] and through[s]:
-                seen[s] = True
-                stack[top] = s
-                top += 1
-    return seen
-
-
-class _Matrix:
-    """The reducer's chunked CSR as numba sees it: typed lists of the chunks, each chunk's first row and branch."""
-
-    def __init__(self, m: InducedModel) -> None:
-        self.row_offsets = m.row_offsets
-        self.t_list, self.p_list = nb.typed.List(), nb.typed.List()
-        n_chunks = len(m.target_chunks)
-        bases = np.zeros(n_chunks + 1, dtype=np.int64)
-        for i, (t, p) in enumerate(zip(m.target_chunks, m.prob_chunks, strict=True)):
-            self.t_list.append(t)
-            self.p_list.append(p)
-            bases[i + 1] = bases[i] + t.shape[0]
-        if bases[-1] != m.n_transitions:
-            raise AssertionError("the chunks do not hold every transition")
-        self.chunk_base = bases[:-1]
-        # Chunks hold whole rows, and every row of an induced DTMC has a branch: chunk c starts at the row whose
-        # first branch is bases[c].
-        self.first_row = np.searchsorted(m.row_offsets, bases, side="left")
-        if not np.array_equal(m.row_offsets[self.first_row], bases):
-            raise AssertionError("a chunk does not start at a row boundary")
-        self.n = m.n_rows
+    def vector(self, own: np.ndarray) -> np.ndarray:
+        """A new ``[C]`` float64 vector with ``own`` (``[n]``) first and the peers' values of it after."""
+        ...
 
     def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
-        _sweep(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, x, add, active, fixed,
-               out)
+        """``out[:n] = add + P x`` on the active rows (``fixed`` elsewhere); then ``out``'s copies refreshed."""
+        ...
 
     def sweep2(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
                hi_out: np.ndarray) -> None:
-        _sweep2(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, lo, add, hi, active,
-                lo_out, hi_out)
+        """:meth:`sweep` of two vectors in one pass over the rows."""
+        ...
 
-    def transpose(self) -> tuple[np.ndarray, np.ndarray]:
-        """Predecessor lists: ``sources[in_off[t]:in_off[t + 1]]`` are the states with a branch to ``t``."""
-        counts = np.zeros(self.n + 1, dtype=np.int64)
-        for t in self.t_list:
-            _count_in(t, counts)
-        in_off = np.cumsum(counts)
-        sources = np.empty(int(in_off[-1]), dtype=np.int32 if self.n < 2**31 else np.int64)
-        fill = in_off[:-1].copy()
-        for c, t in enumerate(self.t_list):
-            r0, r1 = int(self.first_row[c]), int(self.first_row[c + 1])
-            _fill_in(self.row_offsets[r0 : r1 + 1] - self.chunk_base[c], t, r0, fill, sources)
-        return in_off, sources
+    def reach_back(self, start: np.ndarray, through: np.ndarray) -> np.ndarray:
+        """``[n]`` bool: own states that reach a ``start`` state (anywhere) along ``through`` states."""
+        ...
+
+    def allmax(self, values: np.ndarray) -> np.ndarray:
+        """The element-wise maximum of every worker's ``values`` (a few numbers)."""
+        ...
+
+    def check_limits(self) -> None:
+        """Raise :class:`~distmc.errors.ResourceLimitError` when a time or memory limit is passed."""
+        ...
+
+    def progress(self, what: str) -> None:
+        """Report a step of the check (e.g. ``"iteration 41/100"``)."""
+        ...
 
 
-def _steps(a: _Matrix, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, k: int) -> np.ndarray:
-    """``k`` Jacobi steps ``x <- add + P x`` on the active rows (the others held at ``fixed``)."""
+class LocalEngine:
+    """The native checker's engine: the whole matrix in this process, nothing to exchange."""
+
+    def __init__(self, matrix: ChunkedCSR, progress: Callable[[str], None] | None = None) -> None:
+        self.a = matrix
+        self.n = matrix.n
+        self._progress = progress
+
+    def vector(self, own: np.ndarray) -> np.ndarray:
+        return np.array(own, dtype=np.float64)
+
+    def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
+        self.a.sweep(x, add, active, fixed, out)
+
+    def sweep2(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
+               hi_out: np.ndarray) -> None:
+        self.a.sweep2(lo, add, hi, active, lo_out, hi_out)
+
+    def reach_back(self, start: np.ndarray, through: np.ndarray) -> np.ndarray:
+        in_off, sources = self.a.transpose()
+        seen = start.copy()
+        reach_back_from(in_off, sources, seen, through, np.flatnonzero(start))
+        return seen
+
+    def allmax(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def check_limits(self) -> None:
+        return None
+
+    def progress(self, what: str) -> None:
+        if self._progress is not None:
+            self._progress(what)
+
+
+def matrix_of(m: InducedModel) -> ChunkedCSR:
+    """The reducer's chunked CSR of ``m`` as the kernels take it (no copy)."""
+    return ChunkedCSR(m.row_offsets, m.target_chunks, m.prob_chunks, m.n_states)
+
+
+#: Report the iteration every this many steps.
+_EVERY = 10
+
+
+def _steps(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, k: int) -> np.ndarray:
+    """``k`` Jacobi steps ``x <- add + P x`` on the active rows (the others held at ``fixed``); ``[n]``."""
+    x = e.vector(x)
     y = np.empty_like(x)
-    for _ in range(k):
-        a.sweep(x, add, active, fixed, y)
+    for i in range(k):
+        e.sweep(x, add, active, fixed, y)
         x, y = y, x
-    return x
+        if i % _EVERY == 0 or i == k - 1:
+            e.check_limits()
+            e.progress(f"checking: step {i + 1}/{k}")
+    return x[: e.n]
 
 
-def _graph(a: _Matrix, phi1: np.ndarray, phi2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _graph(e: Engine, phi1: np.ndarray, phi2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(probability > 0, probability 1) of ``phi1 U phi2``: Storm's prob0/prob1 by backward search."""
-    in_off, sources = a.transpose()
-    greater0 = _reach_back(in_off, sources, phi2, phi1 & ~phi2)
+    e.progress("checking: graph analysis")
+    greater0 = e.reach_back(phi2, phi1 & ~phi2)
     # prob1 = states that cannot reach a prob0 state while staying in greater0 & !phi2 (Storm's performProb1)
-    prob1 = ~_reach_back(in_off, sources, ~greater0, greater0 & ~phi2)
+    prob1 = ~e.reach_back(~greater0, greater0 & ~phi2)
     return greater0, prob1
 
 
-def _sound(a: _Matrix, x: np.ndarray, add: np.ndarray, active: np.ndarray, precision: float,
-           max_iterations: int) -> np.ndarray:
+def _sound(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, precision: float,
+           max_iterations: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The fixpoint of ``x = add + P x`` on the active rows (others fixed at ``x``), by sound value iteration.
 
     Quatmann and Katoen (CAV 2018), Storm's SOUND_VALUE_ITERATION for DTMCs: after k steps ``x(s)`` is what was
@@ -273,46 +242,85 @@ def _sound(a: _Matrix, x: np.ndarray, add: np.ndarray, active: np.ndarray, preci
     probability of still being among the active states. The value is ``x + y * (the value where those paths
     stand)``, and once every ``y < 1`` it lies in ``x + y * [L, U]`` with L, U the least and greatest
     ``x / (1 - y)`` over the active states. Needs every active state to leave the active states with probability 1.
+    Returns the midpoint and the lower and upper bounds, ``[n]`` each (equal outside the active states).
     """
     live = np.flatnonzero(active)
-    y = np.zeros_like(x)
-    y[live] = 1.0
+    x = e.vector(x)
+    y = e.vector(active.astype(np.float64))
     x2, y2 = np.empty_like(x), np.empty_like(y)
     gap = np.inf
-    for _ in range(max_iterations):
-        if live.size == 0:
-            return x
-        a.sweep2(x, add, y, active, x2, y2)
+    if e.allmax(np.array([float(live.size)]))[0] == 0:
+        own = x[: e.n]
+        return own, own, own
+    for i in range(max_iterations):
+        e.sweep2(x, add, y, active, x2, y2)
         x, x2, y, y2 = x2, x, y2, y
         ym = y[live]
-        if ym.max() >= 1.0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = x[live] / (1.0 - ym)
+        # one reduction a step: the largest y, the least and the greatest ratio (as maxima)
+        ymax, neg_lo, hi = e.allmax(np.array([ym.max(initial=-np.inf), -ratio.min(initial=np.inf),
+                                              ratio.max(initial=-np.inf)]))
+        if i % _EVERY == 0:
+            e.check_limits()
+        if ymax >= 1.0:
             continue
-        ratio = x[live] / (1.0 - ym)
-        lo, hi = float(ratio.min()), float(ratio.max())
-        gap = float(ym.max()) * (hi - lo)
+        lo = -neg_lo
+        gap = float(ymax) * (hi - lo)
+        if i % _EVERY == 0:
+            e.progress(f"sound value iteration: gap {gap:.1e}")
         if gap <= 2 * precision:
-            out = x.copy()
-            out[live] += ym * (lo + hi) / 2
-            return out
+            mid, lower, upper = (x[: e.n].copy() for _ in range(3))
+            mid[live] += ym * (lo + hi) / 2
+            lower[live] += ym * lo
+            upper[live] += ym * hi
+            return mid, lower, upper
     raise PropertyError(
         f"the native checker's value iteration did not reach precision {precision:g} in {max_iterations} "
         f"iterations (bound gap {gap:.3g})"
     )
 
 
-def _probability(a: _Matrix, m: InducedModel, spec: PropertySpec, precision: float,
-                 max_iterations: int) -> np.ndarray:
+class Labelled(Protocol):
+    """What the checks read of a model besides its rows: an :class:`InducedModel`, or one worker's part of it."""
+
+    labels: dict[str, np.ndarray]  # name -> [n] bool
+    rewards: dict[str, tuple[np.ndarray | None, np.ndarray | None]]  # name -> (state [n], action [n]) rewards
+    initial: np.ndarray  # [I] int64, the initial states among the n
+
+    @property
+    def n_states(self) -> int: ...
+
+
+Values = tuple[np.ndarray, np.ndarray, np.ndarray]  # ([n] value, [n] lower bound, [n] upper bound)
+
+
+def _exact(x: np.ndarray) -> Values:
+    return x, x, x
+
+
+def values_of(e: Engine, m: Labelled, spec: PropertySpec, precision: float = DTMC_PRECISION,
+              max_iterations: int = 1_000_000) -> Values:
+    """The property's value at each of the ``n`` states, with lower and upper bounds (equal where exact).
+
+    Bounded properties are a fixed number of steps, exact up to floating point (``lower == upper == value``);
+    unbounded ones come from sound value iteration, whose bounds contain the exact value.
+    """
+    return (_reward if spec.is_reward else _probability)(e, m, spec, precision, max_iterations)
+
+
+def _probability(e: Engine, m: Labelled, spec: PropertySpec, precision: float, max_iterations: int) -> Values:
     left, right, k = _path(spec)
     phi1, phi2 = _states(left, m), _states(right, m)
     zero = np.zeros(m.n_states)
     if k is not None:
         fixed = phi2.astype(np.float64)
-        return _steps(a, fixed.copy(), zero, phi1 & ~phi2, fixed, max(k, 0))
-    greater0, prob1 = _graph(a, phi1, phi2)
-    return _sound(a, prob1.astype(np.float64), zero, greater0 & ~prob1, precision, max_iterations)
+        return _exact(_steps(e, fixed, zero, phi1 & ~phi2, fixed, max(k, 0)))
+    greater0, prob1 = _graph(e, phi1, phi2)
+    return _sound(e, prob1.astype(np.float64), zero, greater0 & ~prob1, precision, max_iterations)
 
 
-def _reward(a: _Matrix, m: InducedModel, spec: PropertySpec, precision: float, max_iterations: int) -> np.ndarray:
+def _reward(e: Engine, m: Labelled, spec: PropertySpec, precision: float, max_iterations: int) -> Values:
     n = m.n_states
     (given, action), = m.rewards.values()  # the reducer keeps the property's structure only
     state = np.zeros(n) if given is None else given
@@ -322,21 +330,29 @@ def _reward(a: _Matrix, m: InducedModel, spec: PropertySpec, precision: float, m
     if not isinstance(sub, sl.EventuallyFormula):
         kind, _, k = _REWARD_BOUND.match(str(sub).replace(" ", "")).groups()  # type: ignore[union-attr]
         if kind == "C":  # reward collected in the first k steps
-            return _steps(a, np.zeros(n), total, every, total, int(k))
+            return _exact(_steps(e, np.zeros(n), total, every, total, int(k)))
         if given is None:
             raise PropertyError(f"'{spec.text}': the reward structure has no state rewards (as Storm refuses it: "
                                 "the instantaneous reward would be 0 everywhere)")
-        return _steps(a, state.copy(), np.zeros(n), every, state, int(k))  # I=k: the state reward at step k
+        return _exact(_steps(e, state, np.zeros(n), every, state, int(k)))  # I=k: the state reward at step k
     target = _states(sub.subformula, m)
-    _, prob1 = _graph(a, every, target)
+    _, prob1 = _graph(e, every, target)
     active = prob1 & ~target  # Storm: infinite where the target is reached with probability < 1, 0 on it
-    out = _sound(a, np.zeros(n), np.where(active, total, 0.0), active, precision, max_iterations)
-    out[~prob1] = np.inf
+    out = _sound(e, np.zeros(n), np.where(active, total, 0.0), active, precision, max_iterations)
+    for v in out:
+        v[~prob1] = np.inf
     return out
 
 
+def at_initial(values: np.ndarray, initial: np.ndarray) -> float | dict[str, float]:
+    """The result as the report gives it: the value of the one initial state, else their min and max."""
+    vals = values[initial]
+    return float(vals[0]) if vals.shape[0] == 1 else {"min": float(vals.min()), "max": float(vals.max())}
+
+
 def check_native(m: InducedModel, spec: PropertySpec, *, precision: float = DTMC_PRECISION,
-                 max_iterations: int = 1_000_000) -> float | dict[str, float]:
+                 max_iterations: int = 1_000_000,
+                 progress: Callable[[str], None] | None = None) -> float | dict[str, float]:
     """The property's value at the initial state(s) of the induced DTMC ``m`` (like :func:`checker.check`).
 
     Raises:
@@ -345,7 +361,5 @@ def check_native(m: InducedModel, spec: PropertySpec, *, precision: float = DTMC
     why = unsupported(spec, m.kind)
     if why is not None:
         raise PropertyError(f"the native checker cannot check '{spec.text}': {why}")
-    a = _Matrix(m)
-    values = (_reward if spec.is_reward else _probability)(a, m, spec, precision, max_iterations)
-    vals = values[m.initial]
-    return float(vals[0]) if vals.shape[0] == 1 else {"min": float(vals.min()), "max": float(vals.max())}
+    values, _, _ = values_of(LocalEngine(matrix_of(m), progress), m, spec, precision, max_iterations)
+    return at_initial(values, m.initial)

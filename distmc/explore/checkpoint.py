@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,26 @@ def write_level(directory: str, level: int, rank: int, key_dtype: np.dtype, stat
                                                       "loop": cat([f[1] for f in flags], np.bool_),
                                                       "deadlock": cat([f[2] for f in flags], np.bool_)})
     return size
+
+
+def read_rows(directory: str | Path, level: int) -> Iterator[tuple[tuple[np.ndarray, ...], dict[str, np.ndarray],
+                                                                    tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Every rows file of levels ``0..level``: ((row gid, action, counts, target gids, prob), action rewards, flags).
+
+    One file set (a level of one worker) at a time, so a reader that keeps part of them holds one set at most.
+    """
+    for lv in range(level + 1):
+        for f in sorted(_level_dir(Path(directory), lv).glob("rows-r*.arrow")):
+            rank = f.name[len("rows-") :]
+            rows, trans, flags = read_table(f), read_table(f.with_name("trans-" + rank)), read_table(
+                f.with_name("flags-" + rank))
+            names = [c[len("reward:") :] for c in rows.column_names if c.startswith("reward:")]
+            yield ((rows.column("state").to_numpy(), rows.column("action").to_numpy(),
+                    rows.column("branches").to_numpy(), trans.column("target").to_numpy(),
+                    trans.column("prob").to_numpy()),
+                   {n: rows.column(f"reward:{n}").to_numpy() for n in names},
+                   (flags.column("gid").to_numpy(), flags.column("loop").to_numpy(zero_copy_only=False),
+                    flags.column("deadlock").to_numpy(zero_copy_only=False)))
 
 
 class Checkpoint:
@@ -236,7 +257,7 @@ class Checkpoint:
         return np.concatenate(keys), np.concatenate(gids), np.concatenate(levels)
 
     def results(self) -> list[dict[str, Any]]:
-        """The committed levels in the form :func:`distmc.explore.ray_driver.gather` takes (one per file set)."""
+        """The committed levels in the form :func:`distmc.explore.ray.exchange.gather` takes (one per file set)."""
         keys, gids, _ = self.states()
         out: list[dict[str, Any]] = [{
             "gids": gids, "keys": keys, "row_state": _EMPTY, "row_action": _EMPTY, "counts": _EMPTY,

@@ -1,0 +1,186 @@
+"""The compiled kernels of distmc's own checkers: one set for the native and the distributed checker.
+
+Both checkers see the matrix of an induced DTMC the same way, as a :class:`ChunkedCSR`: ``R`` rows (one per state
+the caller owns), branches in chunks of whole rows, each branch a column index into a vector of ``C >= R`` values.
+For the native checker ``C = R`` and a column is a state id (the reducer's chunks, int64 targets, taken as they
+are). For the distributed checker a worker's rows are its own states and a column is an index into its
+*extended* vector: its own states first, then copies of the other workers' states its rows point to (int32
+columns, see :mod:`distmc.check.distributed`). The kernels do not know the difference.
+
+Sums run over a row's branches in stored order and rows are independent, so a value does not depend on the
+thread count or on how the states are spread over workers (the distributed checker gives the native checker's
+bits, ``tests/test_distributed_checker.py``).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+__all__ = ["ChunkedCSR", "reach_back_from"]
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def _sweep(row_offsets, first_row, chunk_base, t_list, p_list, x, add, active, fixed, out):  # pragma: no cover
+    # out[r] = add[r] + sum_j P[r, j] x[j] (summed in row order) for the active rows, fixed[r] for the others. Chunk c
+    # holds rows first_row[c]:first_row[c + 1], row r's branches at t_list[c][row_offsets[r] - chunk_base[c]:].
+    for c in range(len(t_list)):
+        t = t_list[c]
+        p = p_list[c]
+        b = chunk_base[c]
+        for r in nb.prange(first_row[c], first_row[c + 1]):
+            if active[r]:
+                acc = 0.0
+                for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
+                    acc += p[j] * x[t[j]]
+                out[r] = add[r] + acc
+            else:
+                out[r] = fixed[r]
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def _sweep2(row_offsets, first_row, chunk_base, t_list, p_list, lo, add, hi, active, lo_out, hi_out):  # pragma: no cover
+    # _sweep for two vectors in one pass over the matrix (``add`` to the first only; fixed rows keep their value).
+    for c in range(len(t_list)):
+        t = t_list[c]
+        p = p_list[c]
+        b = chunk_base[c]
+        for r in nb.prange(first_row[c], first_row[c + 1]):
+            if active[r]:
+                a_lo = 0.0
+                a_hi = 0.0
+                for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
+                    a_lo += p[j] * lo[t[j]]
+                    a_hi += p[j] * hi[t[j]]
+                lo_out[r] = add[r] + a_lo
+                hi_out[r] = a_hi
+            else:
+                lo_out[r] = lo[r]
+                hi_out[r] = hi[r]
+
+
+@nb.njit(cache=True, nogil=True)
+def _count_in(targets, counts):  # pragma: no cover - compiled
+    for j in range(targets.shape[0]):
+        counts[targets[j] + 1] += 1
+
+
+@nb.njit(cache=True, nogil=True)
+def _fill_in(offsets, targets, base, fill, sources):  # pragma: no cover - compiled
+    for i in range(offsets.shape[0] - 1):
+        for j in range(offsets[i], offsets[i + 1]):
+            t = targets[j]
+            sources[fill[t]] = base + i
+            fill[t] += 1
+
+
+@nb.njit(cache=True, nogil=True)
+def _reach_back_from(in_off, sources, seen, through, seeds, newly):  # pragma: no cover - compiled
+    # Depth-first from the seed columns along reversed branches: a row (source) not yet seen, in `through`, with a
+    # branch to a seen column becomes seen. Marks `seen` in place; writes the rows it marked to `newly`, returns
+    # how many. Rows are columns 0..R-1, so a marked row is followed further.
+    stack = np.empty(seen.shape[0], np.int64)
+    top = 0
+    for i in range(seeds.shape[0]):
+        stack[top] = seeds[i]
+        top += 1
+    count = 0
+    while top > 0:
+        top -= 1
+        t = stack[top]
+        for k in range(in_off[t], in_off[t + 1]):
+            s = sources[k]
+            if not seen[s] and through[s]:
+                seen[s] = True
+                newly[count] = s
+                count += 1
+                stack[top] = s
+                top += 1
+    return count
+
+
+def reach_back_from(in_off: np.ndarray, sources: np.ndarray, seen: np.ndarray, through: np.ndarray,
+                    seeds: np.ndarray) -> np.ndarray:
+    """Mark (in ``seen``, ``[C]`` bool) every row that reaches a seed column through ``through`` rows.
+
+    ``in_off`` ``[C + 1]`` and ``sources`` are the reversed branches (:meth:`ChunkedCSR.transpose`); ``through``
+    is ``[R]`` bool over the rows; ``seeds`` ``[S]`` int64 are columns already marked in ``seen``. Returns the rows
+    marked by this call, ``[M]`` int64 (the distributed search sends those its peers hold copies of).
+    """
+    newly = np.empty(through.shape[0], dtype=np.int64)
+    count = _reach_back_from(in_off, sources, seen, through, seeds.astype(np.int64, copy=False), newly)
+    return newly[:count]
+
+
+class ChunkedCSR:
+    """Rows in chunks as numba sees them: typed lists of the chunks, each chunk's first row and first branch.
+
+    Args:
+        row_offsets: ``[R + 1]`` int64 branch offsets over all chunks.
+        target_chunks: column indices (int32 or int64), chunks of whole rows, ``sum = row_offsets[-1]`` entries.
+        prob_chunks: float64 probabilities, chunked like ``target_chunks``.
+        n_cols: ``C``, the length of the vectors the rows are multiplied with (columns ``0..C-1``; ``C >= R``).
+    """
+
+    def __init__(self, row_offsets: np.ndarray, target_chunks: list[np.ndarray], prob_chunks: list[np.ndarray],
+                 n_cols: int) -> None:
+        self.row_offsets = row_offsets
+        self.t_list, self.p_list = nb.typed.List(), nb.typed.List()
+        n_chunks = len(target_chunks)
+        bases = np.zeros(n_chunks + 1, dtype=np.int64)
+        for i, (t, p) in enumerate(zip(target_chunks, prob_chunks, strict=True)):
+            self.t_list.append(t)
+            self.p_list.append(p)
+            bases[i + 1] = bases[i] + t.shape[0]
+        if bases[-1] != row_offsets[-1]:
+            raise AssertionError("the chunks do not hold every transition")
+        self.chunk_base = bases[:-1]
+        self.n = int(row_offsets.shape[0] - 1)
+        self.n_cols = n_cols
+        if n_chunks == 0:  # numba cannot type an empty list: one empty chunk
+            self.t_list.append(np.zeros(0, dtype=np.int64))
+            self.p_list.append(np.zeros(0))
+            self.chunk_base = np.zeros(1, dtype=np.int64)
+            bases = np.zeros(2, dtype=np.int64)
+        # Chunks hold whole rows, and every row of an induced DTMC has a branch: chunk c starts at the row whose
+        # first branch is bases[c].
+        self.first_row = np.searchsorted(row_offsets, bases, side="left")
+        self.first_row[-1] = self.n
+        if not np.array_equal(row_offsets[self.first_row[:-1]], bases[:-1]):
+            raise AssertionError("a chunk does not start at a row boundary")
+        self._transposed: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the rows (offsets, columns, probabilities)."""
+        return int(self.row_offsets.nbytes + sum(t.nbytes for t in self.t_list) + sum(p.nbytes for p in self.p_list))
+
+    def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
+        """``out[r] = add[r] + P[r] . x`` on the active rows, ``fixed[r]`` on the others (``x`` is ``[C]``)."""
+        _sweep(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, x, add, active, fixed,
+               out)
+
+    def sweep2(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
+               hi_out: np.ndarray) -> None:
+        """:meth:`sweep` of two vectors in one pass (``add`` to ``lo`` only; inactive rows keep their values)."""
+        _sweep2(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, lo, add, hi, active,
+                lo_out, hi_out)
+
+    def transpose(self) -> tuple[np.ndarray, np.ndarray]:
+        """Predecessor lists: ``sources[in_off[c]:in_off[c + 1]]`` are the rows with a branch to column ``c``.
+
+        Computed once and kept (4 B per transition for int32 rows).
+        """
+        if self._transposed is not None:
+            return self._transposed
+        counts = np.zeros(self.n_cols + 1, dtype=np.int64)
+        for t in self.t_list:
+            _count_in(t, counts)
+        in_off = np.cumsum(counts)
+        sources = np.empty(int(in_off[-1]), dtype=np.int32 if self.n < 2**31 else np.int64)
+        fill = in_off[:-1].copy()
+        for c, t in enumerate(self.t_list):
+            r0, r1 = int(self.first_row[c]), int(self.first_row[c + 1])
+            _fill_in(self.row_offsets[r0 : r1 + 1] - self.chunk_base[c], t, r0, fill, sources)
+        self._transposed = (in_off, sources)
+        return self._transposed

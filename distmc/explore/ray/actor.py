@@ -1,0 +1,500 @@
+"""A partition of the Ray driver: one actor owning the states whose key hashes to it.
+
+See :mod:`distmc.explore.ray` for the protocol of one level, :mod:`distmc.check.distributed` for the check.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Any
+
+import numpy as np
+
+from distmc.assemble.reducer import merge_csr_rows
+from distmc.errors import ResourceLimitError
+from distmc.explore.checkpoint import file_digest, write_level
+from distmc.explore.expander import policy_counters
+from distmc.explore.limits import LimitCheck, Limits, rss_bytes
+from distmc.explore.ray.exchange import OCC_SHIFT, _at_least, _first_occurrences, _from_arrow, _to_arrow, owner_of
+from distmc.explore.visited import VisitedSet
+from distmc.pipeline import Job
+
+__all__ = ["PartitionActor"]
+
+def _job_stamp(job: Any) -> tuple[Any, ...] | None:
+    """What makes a job's parts reusable: the job and its files' contents (SHA-256; None: never reuse)."""
+    if not isinstance(job, Job):
+        return None
+    return (job, *(file_digest(path) for path in (job.model_path, job.policy, job.interface)))
+
+
+class PartitionActor:
+    """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows."""
+
+    def __init__(self, job: Job, rank: int, workers: int, batch_states: int, threads: int,
+                 checkpoint_dir: str | None = None, limits: Limits | None = None, start: float | None = None,
+                 server: tuple[Any, dict[str, Any]] | None = None) -> None:
+        try:  # one node's cores are shared by the actors on it
+            import numba
+
+            numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+        except ImportError:  # pragma: no cover
+            pass
+        self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start, server)
+        VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
+
+    def setup(self, job: Job, rank: int, workers: int, batch_states: int, checkpoint_dir: str | None = None,
+              limits: Limits | None = None, start: float | None = None,
+              server: tuple[Any, dict[str, Any]] | None = None) -> None:
+        """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
+
+        A kept actor given the same job again, with the same file contents, reuses the parts it built for it.
+        ``server``: a :class:`~distmc.explore.policy_server.PolicyServer` (handle, description) that evaluates the
+        policy for this worker, which then loads none.
+        """
+        stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server
+        built = self.__dict__.get("built")
+        if stamp is not None and built is not None and built[0] == stamp:
+            self.parts = built[1]
+        elif server is not None:
+            from distmc.explore.policy_server import RemotePolicy
+
+            self.parts = job.build(policy=RemotePolicy(*server))
+        else:
+            self.parts = job.build()
+        self.built: tuple[Any, Any] | None = (stamp, self.parts)
+        assert self.parts.expander is not None
+        self.expander = self.parts.expander
+        self.codec = self.parts.codec
+        self.rank, self.workers, self.batch_states = rank, workers, batch_states
+        self.visited = VisitedSet(self.codec.dtype)
+        self.gids = np.zeros(0, dtype=np.int64)  # [N_local] global id of each local state
+        self.identity = True  # local id == global id for every state so far (a lone actor, not restored out of order)
+        self.frontier = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=self.codec.dtype))  # (gids, keys)
+        self.rows: list[tuple[np.ndarray, ...]] = []  # (row gid, row action, branch counts, target gids, prob)
+        self.rewards: list[dict[str, np.ndarray]] = []
+        self.shipped_transitions = self.shipped_bytes = 0  # rows handed over by take()
+        self.flags: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (gids, loop, deadlock) of expanded states
+        self.pending: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (rows, source gids, level-unique target ids)
+        self.sent: list[np.ndarray] = []
+        self.n_unique = 0
+        self.asked: list[np.ndarray] = []  # per source: local ids of the keys it asked about, in its order
+        self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)  # this level's new states: local ids, keys
+        self.new_keys: np.ndarray = np.zeros(0, dtype=self.codec.dtype)
+        self.policy_states = self.policy_reported = 0
+        self.calls_reported, self.policy_s0 = policy_counters(self.expander)  # a reused policy's counts so far
+        self.checkpoint_dir = checkpoint_dir
+        # Time and memory are checked here, after every batch (states are counted by the driver).
+        self.check = None
+        if limits is not None and (limits.timeout is not None or limits.max_memory is not None):
+            self.check = LimitCheck(Limits(max_memory=limits.max_memory, timeout=limits.timeout), start, 1 / workers)
+        # other owners' keys this source has asked about, with their global ids (never asked again)
+        self.cache = VisitedSet(self.codec.dtype)
+        self.seen = VisitedSet(self.codec.dtype)  # a level's distinct successor keys (emptied every level)
+        self.cache_gids = np.zeros(0, dtype=np.int64)
+        self.known = np.zeros(0, dtype=np.int64)
+        self.ukeys = np.zeros(0, dtype=self.codec.dtype)
+        self.keep_rows = False  # rows stay here after the run (distributed check), also with a checkpoint
+        self.written = (0, 0)  # with keep_rows and a checkpoint: rows and flags already in the level files
+        self.part: Any = None  # this worker's part of the induced DTMC for the distributed check
+        self.peers: list[Any] = []
+        self.status = ""
+        self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "exchange_s": 0.0,
+                                      "checkpoint_s": 0.0,
+                                      "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
+                                      "checkpoint_bytes": 0}
+
+    def keep_rows_here(self) -> None:
+        """Keep the rows after the run, also with a checkpoint (the distributed check runs on them)."""
+        self.keep_rows = True
+
+    def release(self) -> None:
+        """Drop the run's parts, states and rows: the actor is kept idle for a next run (:meth:`setup`)."""
+        built = self.__dict__.get("built")
+        self.__dict__.clear()
+        self.built = built  # the parts of the last job, for a next run of the same job
+
+    def ready(self) -> dict[str, Any]:
+        """The Ray node and process this actor runs on."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        self.stats["node"] = node
+        self.stats["start_rss"] = rss_bytes()  # model, kernel and policy replica loaded
+        return {"node": str(node), "pid": os.getpid()}
+
+    # -- initial states ----------------------------------------------------------------------------------------
+
+    def restore(self, keys: np.ndarray, gids: np.ndarray, frontier: np.ndarray) -> None:
+        """Take in owned states ``keys`` with their global ids; those with ``frontier`` are yet to be expanded."""
+        ids, _ = self.visited.insert(keys)
+        self._grow(ids, gids)
+        self.identity = bool(np.array_equal(self.gids[: self.visited.size], np.arange(self.visited.size)))
+        f = np.flatnonzero(frontier)
+        order = f[np.argsort(gids[f], kind="stable")]
+        self.frontier = (gids[order], keys[order])
+
+    def _grow(self, local: np.ndarray, gids: np.ndarray) -> None:
+        self.gids = _at_least(self.gids, self.visited.size)
+        self.gids[local] = gids
+
+    # -- one level ---------------------------------------------------------------------------------------------
+
+    def level_solo(self, level: int, n: int) -> dict[str, int]:
+        """One whole level when this actor is the only one (W = 1): expand, number, store, in one call.
+
+        It owns every successor, so no key leaves it: each batch's successor keys go straight into its visited
+        set, which numbers the new ones by first occurrence (sources in global-id order, then branches), the order
+        the driver would give them. ``n`` is the number of states before the level; the new states get global ids
+        ``n, n + 1, ...``. Returns what :meth:`store` returns, and ``new``, the number of new states.
+        """
+        t = time.perf_counter()
+        gids, keys = self.frontier
+        self.frontier = (gids[:0], keys[:0])
+        size0 = self.visited.size
+        shift = n - size0  # global id of a state new in this level = its local id + shift
+        direct = self.identity and shift == 0  # local ids are the global ids: no translation of the targets
+        new_keys: list[np.ndarray] = []
+        transitions = 0
+        t_lookup = t_store = 0.0
+        for start in range(0, gids.shape[0], self.batch_states):
+            bg, bk = gids[start : start + self.batch_states], keys[start : start + self.batch_states]
+            rows = self._expand_batch(bk)
+            t1 = time.perf_counter()
+            before = self.visited.size
+            ids, new = self.visited.insert(rows.target_keys)
+            new_keys.append(new)
+            if direct:
+                target = ids
+            else:
+                self.gids = _at_least(self.gids, self.visited.size)
+                self.gids[before : self.visited.size] = np.arange(before, self.visited.size, dtype=np.int64) + shift
+                target = self.gids[ids]
+            t2 = time.perf_counter()
+            transitions += int(target.shape[0])
+            self._keep(bg, rows, target)
+            t_lookup, t_store = t_lookup + t2 - t1, t_store + time.perf_counter() - t2
+        if direct:
+            self.gids = _at_least(self.gids, self.visited.size)
+            self.gids[size0 : self.visited.size] = np.arange(size0, self.visited.size, dtype=np.int64)
+        else:
+            self.identity = False
+        self.new_keys = np.concatenate(new_keys) if new_keys else keys[:0]
+        self.frontier = (n + np.arange(self.new_keys.shape[0], dtype=np.int64), self.new_keys)
+        self.stats["lookup_s"] += t_lookup
+        self.stats["store_s"] += t_store
+        self.stats["expand_s"] += time.perf_counter() - t - t_lookup - t_store
+        return dict(self._level_done(level, transitions), new=int(self.new_keys.shape[0]))
+
+    def _expand_batch(self, keys: np.ndarray) -> Any:
+        """Rows of one batch of frontier states, with the per-batch limit check."""
+        rows = self.expander.expand(keys)
+        self.policy_states += rows.policy_states
+        self.stats["batches"] += 1
+        if self.check is not None:
+            why = self.check.exceeded()
+            if why is not None:
+                raise ResourceLimitError(why)
+        return rows
+
+    def _keep(self, gids: np.ndarray, rows: Any, target: np.ndarray) -> None:
+        """Keep a batch's rows (sources ``gids``) with their global target ids, merged.
+
+        Each row's branches are sorted by target and duplicates added up here, as the reducer would (the same
+        routine, in the same order, so the same bits): the work is spread over the workers, and the reducer takes
+        the rows as they come, read-only in Ray's object store, instead of merging them into a copy.
+        """
+        offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob)
+        self.rows.append((gids[rows.row_state], rows.row_action, np.diff(offsets), target, prob))
+        self.rewards.append(rows.rewards)
+        self.flags.append((gids, rows.terminal | rows.deadlock, rows.deadlock))
+
+    def expand(self) -> Any:
+        """Expand the frontier; one record batch of (distinct key, first occurrence) per owner."""
+        t = time.perf_counter()
+        gids, keys = self.frontier
+        self.frontier = (gids[:0], keys[:0])
+        # The level's distinct successor keys, numbered by first occurrence (a hash set for one-word keys).
+        seen = self.seen
+        seen.clear()
+        first_occ: list[np.ndarray] = []
+        self.pending = []
+        for start in range(0, gids.shape[0], self.batch_states):
+            bg, bk = gids[start : start + self.batch_states], keys[start : start + self.batch_states]
+            rows = self._expand_batch(bk)
+            size0 = seen.size
+            uid, _ = seen.insert(rows.target_keys)
+            # first occurrence of each new id: source gid, then the branch's index among its source's branches
+            occ, widest = _first_occurrences(uid, size0, rows.branch_offsets, rows.row_state, bg)
+            if widest >= (1 << OCC_SHIFT):
+                raise ResourceLimitError(f"a state has more than {1 << OCC_SHIFT} branches")
+            first_occ.append(occ)
+            self.pending.append((rows, bg, uid))
+        ukeys = seen.keys_by_id()
+        uocc = np.concatenate(first_occ) if first_occ else np.zeros(0, dtype=np.int64)
+        owner = owner_of(self.codec.to_words(ukeys), self.workers)
+        # Keys whose global id this source knows already are not sent: its own states (its visited set) and the
+        # other owners' states it asked about before (its cache). Only keys that may be new states travel.
+        known = np.full(ukeys.shape[0], -1, dtype=np.int64)
+        for mine, table, gids_of in ((True, self.visited, self.gids), (False, self.cache, self.cache_gids)):
+            sel = np.flatnonzero((owner == self.rank) == mine)
+            found = table.lookup(ukeys[sel]) if table.size else np.full(sel.shape[0], -1, dtype=np.int64)
+            hit = found >= 0
+            known[sel[hit]] = gids_of[found[hit]]
+        t_route = time.perf_counter()
+        out = []
+        self.sent = []  # per owner: the level-unique ids sent to it, in the order sent
+        for o in range(self.workers):
+            sel = np.flatnonzero((owner == o) & (known < 0))
+            self.sent.append(sel)
+            batch = _to_arrow(ukeys[sel], uocc[sel], self.codec)
+            self.stats["bytes_sent" if o != self.rank else "bytes_self"] += int(batch.nbytes)
+            self.stats["keys_sent" if o != self.rank else "keys_self"] += int(sel.shape[0])
+            out.append(batch)
+        self.known, self.ukeys = known, ukeys
+        self.n_unique = int(ukeys.shape[0])
+        t_end = time.perf_counter()
+        self.stats["expand_s"] += t_route - t
+        self.stats["exchange_s"] += t_end - t_route  # the per-owner Arrow batches
+        return out if self.workers > 1 else out[0]  # Ray: num_returns=1 is one object, not a list of one
+
+    def lookup(self, *batches: Any) -> np.ndarray:
+        """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it."""
+        t = time.perf_counter()
+        decoded = [_from_arrow(b, self.codec) for b in batches]
+        self.stats["exchange_s"] += time.perf_counter() - t
+        t = time.perf_counter()
+        keys = np.concatenate([k for k, _ in decoded]) if decoded else np.zeros(0, dtype=self.codec.dtype)
+        occ = np.concatenate([o for _, o in decoded]) if decoded else np.zeros(0, dtype=np.int64)
+        local = self.visited.lookup(keys)  # -1: new to this owner
+        unknown = np.flatnonzero(local < 0)
+        order = unknown[np.argsort(occ[unknown], kind="stable")]
+        uniq, first_idx, inv = np.unique(keys[order], return_index=True, return_inverse=True)
+        first_occ = occ[order][first_idx]
+        by_occ = np.argsort(first_occ, kind="stable")  # the new states in order of first occurrence
+        self.new_keys, new_occ = uniq[by_occ], first_occ[by_occ]
+        self.new_local, _ = self.visited.insert(self.new_keys)
+        rank = np.empty(by_occ.shape[0], dtype=np.int64)
+        rank[by_occ] = np.arange(by_occ.shape[0], dtype=np.int64)
+        local[order] = self.new_local[rank[inv.reshape(-1)]]
+        # local ids of the keys each source asked about, for the answer once the global ids are known
+        self.asked = np.split(local, np.cumsum([k.shape[0] for k, _ in decoded])[:-1])
+        self.stats["lookup_s"] += time.perf_counter() - t
+        return new_occ
+
+    def answer(self, new_gids: np.ndarray) -> Any:
+        """Owner side: record the new states' global ids; the global ids of the keys each source asked about."""
+        t = time.perf_counter()
+        self._grow(self.new_local, new_gids)
+        self.frontier = (new_gids, self.new_keys)
+        out = [self.gids[ids] for ids in self.asked]
+        self.stats["exchange_s"] += time.perf_counter() - t
+        return out if self.workers > 1 else out[0]
+
+    def store(self, *answers: np.ndarray, level: int = 0) -> dict[str, int]:
+        """Source side: turn the pending rows' successor keys into global ids, and keep the rows.
+
+        ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it. With a
+        checkpoint directory the level's rows and new states go to disk (:func:`write_level`) instead of staying
+        in memory. Returns the level's transitions and policy states, and this process's memory.
+        """
+        t = time.perf_counter()
+        gid_of = self.known  # level-unique id -> global id
+        for o in range(self.workers):
+            gid_of[self.sent[o]] = answers[o]
+            if o != self.rank and self.sent[o].shape[0]:  # remember the other owners' answers
+                cid, _ = self.cache.insert(self.ukeys[self.sent[o]])
+                self.cache_gids = _at_least(self.cache_gids, self.cache.size)
+                self.cache_gids[cid] = answers[o]
+        self.ukeys = self.ukeys[:0]
+        transitions = 0
+        for rows, bg, uid in self.pending:
+            target = gid_of[uid]
+            transitions += int(target.shape[0])
+            self._keep(bg, rows, target)
+        self.pending = []
+        self.stats["store_s"] += time.perf_counter() - t
+        return self._level_done(level, transitions)
+
+    def _level_done(self, level: int, transitions: int) -> dict[str, int]:
+        """After a level's rows are kept: the checkpoint's files, and the level's counts for the driver."""
+        if self.checkpoint_dir is not None:
+            t1 = time.perf_counter()
+            r, f = self.written  # the rows and flags of earlier levels (kept for a distributed check) are written
+            self.stats["checkpoint_bytes"] += write_level(
+                self.checkpoint_dir, level, self.rank, self.codec.dtype, (self.new_keys, self.frontier[0]),
+                self.rows[r:], self.rewards[r:], self.flags[f:], self.parts.reward_names)
+            if self.keep_rows:  # every level's rows go to disk, and stay here for a distributed check
+                self.written = (len(self.rows), len(self.flags))
+            else:
+                self.rows, self.rewards, self.flags = [], [], []
+            self.stats["checkpoint_s"] += time.perf_counter() - t1
+        delta, self.policy_reported = self.policy_states - self.policy_reported, self.policy_states
+        calls = policy_counters(self.expander)[0]
+        calls, self.calls_reported = calls - self.calls_reported, calls
+        return {"transitions": transitions, "policy_states": delta, "policy_calls": calls, "rss": rss_bytes()}
+
+    # -- the end -----------------------------------------------------------------------------------------------
+
+    def take(self) -> dict[str, Any]:
+        """The rows kept since the last call, handed over (the driver places them while the next level runs)."""
+        t = time.perf_counter()
+        out = self._rows_out()
+        self.shipped_transitions += sum(int(r[3].shape[0]) for r in self.rows)
+        self.shipped_bytes += self._row_bytes()
+        self.rows, self.rewards = [], []
+        self.stats["exchange_s"] += time.perf_counter() - t
+        return out
+
+    def _row_bytes(self) -> int:
+        return (sum(sum(int(a.nbytes) for a in r) for r in self.rows)
+                + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards))
+
+    def _rows_out(self) -> dict[str, Any]:
+        cat = np.concatenate
+        return {
+            "row_state": cat([r[0] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
+            "row_action": cat([r[1] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
+            "counts": cat([r[2] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
+            # the branches stay in the batches' chunks: no copy here, and none in the driver when it can hand
+            # them on as they are (see gather)
+            "targets": [r[3] for r in self.rows],
+            "prob": [r[4] for r in self.rows],
+            "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
+            "rewards": {n: cat([r[n] for r in self.rewards]) for n in (self.rewards[0] if self.rewards else {})},
+        }
+
+    def result(self, rows: bool = True) -> dict[str, Any]:
+        """The partition's states and the rows not taken yet (with ``rows=False``, its statistics only)."""
+        self.stats.update(
+            states=self.visited.size,
+            transitions=self.shipped_transitions + sum(int(r[3].shape[0]) for r in self.rows),
+            state_bytes=self.visited.nbytes + self.gids.nbytes,  # visited set + global ids, what a state costs
+            cache_bytes=self.cache.nbytes + self.cache_gids.nbytes,
+            # every row this partition built (also those handed over level by level), and its states' flags
+            row_bytes=self.shipped_bytes + self._row_bytes() + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
+            rss=rss_bytes(),
+            policy_s=policy_counters(self.expander)[1] - self.policy_s0,
+            peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
+        )
+        if not rows:
+            return {"stats": dict(self.stats)}
+        cat = np.concatenate
+        return {
+            "gids": self.gids[: self.visited.size],
+            "keys": self.visited.keys_by_id(),
+            **self._rows_out(),
+            "flag_gids": cat([f[0] for f in self.flags]) if self.flags else np.zeros(0, dtype=np.int64),
+            "loop": cat([f[1] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
+            "deadlock": cat([f[2] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
+            "stats": dict(self.stats),
+        }
+
+    def load_rows(self, directory: str, level: int, owner_by_gid: np.ndarray) -> None:
+        """After a restore, read back the rows of the own states from the checkpoint's levels ``0..level``.
+
+        ``owner_by_gid``: ``[N]`` the owner of every state (the restored actors know only their own states' keys).
+        """
+        from distmc.explore.checkpoint import read_rows
+
+        own = np.sort(self.gids[: self.visited.size])
+        for rows, rewards, flags in read_rows(directory, level):
+            pos = np.minimum(np.searchsorted(own, rows[0]), max(own.shape[0] - 1, 0))
+            mine = own[pos] == rows[0] if own.shape[0] else np.zeros(rows[0].shape[0], dtype=bool)
+            branch = np.repeat(mine, rows[2])
+            self.rows.append((rows[0][mine], rows[1][mine], rows[2][mine], rows[3][branch], rows[4][branch]))
+            self.rewards.append({k: v[mine] for k, v in rewards.items()})
+            fpos = np.minimum(np.searchsorted(own, flags[0]), max(own.shape[0] - 1, 0))
+            fmine = own[fpos] == flags[0] if own.shape[0] else np.zeros(flags[0].shape[0], dtype=bool)
+            self.flags.append((flags[0][fmine], flags[1][fmine], flags[2][fmine]))
+        self.owner_by_gid = owner_by_gid
+        self.written = (len(self.rows), len(self.flags))  # on disk already
+
+    # -- the distributed check (distmc.check.distributed) --------------------------------------------------------
+
+    def check_plan(self, n_initial: int) -> Any:
+        """Turn the kept rows into this worker's part of the induced DTMC; per owner, the global ids it needs.
+
+        The exploration's structures (visited set, key cache, row chunks) are freed here: the part holds what
+        the check needs (rows with int32 columns, labels, rewards, the own states' keys).
+        """
+        from distmc.check.distributed import Mailbox, build_part
+
+        t = time.perf_counter()
+        self.mailbox = Mailbox()
+        by_gid = self.__dict__.get("owner_by_gid")  # restored from a checkpoint: the owners of every state
+        known_keys = self.cache.keys_by_id()
+        known_gids = self.cache_gids[: self.cache.size]
+        owners = owner_of(self.codec.to_words(known_keys), self.workers)
+        order = np.argsort(known_gids, kind="stable")
+        known_gids, owners = known_gids[order], owners[order]
+        del known_keys, order
+
+        def owner_of_gid(gids: np.ndarray) -> np.ndarray:
+            if by_gid is not None:
+                return by_gid[gids]
+            pos = np.searchsorted(known_gids, gids)
+            if gids.shape[0] and (pos.max() >= known_gids.shape[0] or not np.array_equal(known_gids[pos], gids)):
+                raise AssertionError("a row points to a state this worker never asked about")
+            return owners[pos]
+
+        parts = self.parts
+        gids, keys = self.gids[: self.visited.size].copy(), self.visited.keys_by_id()
+        rows, rewards, flags = self.rows, self.rewards, self.flags
+        self.rows, self.rewards, self.flags = [], [], []
+        self.visited = self.cache = self.seen = VisitedSet(self.codec.dtype)
+        self.gids = self.cache_gids = self.known = np.zeros(0, dtype=np.int64)
+        self.part = build_part(self.rank, self.workers, gids, keys, rows, rewards, flags, owner_of_gid, n_initial,
+                               parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
+        del rows, rewards, flags, gids, keys
+        self.stats["check_build_s"] = time.perf_counter() - t
+        self.stats["check_bytes"] = self.part.nbytes()
+        self.stats["check_transitions"] = int(self.part.matrix.row_offsets[-1])
+        self.stats["check_copies"] = int(self.part.n_cols - self.part.n_states)
+        requests = self.part.requests()
+        return requests if self.workers > 1 else requests[0]
+
+    def check_connect(self, peers: list[Any], *asked: np.ndarray) -> None:
+        """Every peer's request (``asked[p]``: global ids of this worker's states it needs) and the peers' handles."""
+        self.part.serve(list(asked))
+        self.peers = peers
+
+    def check_run(self, precision: float, max_iterations: int) -> dict[str, Any]:
+        """Check the job's property on every worker at once; the values at this worker's initial states."""
+        from distmc.check.distributed import WorkerEngine
+        from distmc.check.native import values_of
+
+        t = time.perf_counter()
+        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
+        try:
+            values, lower, upper = values_of(engine, self.part, self.parts.spec, precision, max_iterations)
+        finally:
+            self.stats.update(engine.stats)
+            self.stats["check_s"] = time.perf_counter() - t
+        self.values = (values, lower, upper)
+        init = self.part.initial
+        self.stats["peak_rss"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        self.stats["rss"] = rss_bytes()
+        return {"gids": self.part.gids[init], "value": values[init], "lower": lower[init], "upper": upper[init],
+                "stats": dict(self.stats)}
+
+    def _set_status(self, what: str) -> None:
+        self.status = what
+
+    # Called in the "mail" concurrency group: taken while this worker's check runs in the default group.
+
+    def deliver(self, key: tuple[str, int, int], payload: Any) -> None:
+        """A peer's message for the running check."""
+        self.mailbox.put(key, payload)
+
+    def check_status(self) -> str:
+        """What the running check is doing (for the live line)."""
+        return self.status
+
+    def check_abort(self, why: str) -> None:
+        """Stop a running check that waits for a peer (the run failed elsewhere)."""
+        mailbox = self.__dict__.get("mailbox")
+        if mailbox is not None:
+            mailbox.close(why)

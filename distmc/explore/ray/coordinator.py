@@ -1,0 +1,598 @@
+"""The driver's side of a Ray run: the actors, the level loop, recovery, kept actors.
+
+See :mod:`distmc.explore.ray` for the protocol of one level.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from distmc.errors import DistmcError, ResourceLimitError, WorkerError
+from distmc.explore.checkpoint import Checkpoint
+from distmc.explore.limits import LimitCheck, Limits, rss_bytes
+from distmc.explore.partition import Explored
+from distmc.explore.ray.actor import PartitionActor, _job_stamp
+from distmc.explore.ray.exchange import RowBlock, gather, order_rows, owner_of
+from distmc.model.packing import StateCodec
+from distmc.pipeline import Job
+
+__all__ = ["explore_ray", "gpu_share", "release_workers"]
+
+log = logging.getLogger("distmc.ray")
+
+#: How long the workers may take to start (build their model, kernel and policy) before the run gives up.
+START_TIMEOUT_S = 300
+
+def _combine(results: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The workers' values at their initial states, in global-id order."""
+    gids = np.concatenate([r["gids"] for r in results])
+    order = np.argsort(gids, kind="stable")
+    return {k: np.concatenate([r[k] for r in results])[order] for k in ("value", "lower", "upper")}
+
+
+class RayRows:
+    """An explored model whose rows stay on the Ray actors: check it there, or gather it; then close it.
+
+    Attributes:
+        n_states, n_transitions, n_initial, depth: what the exploration found (``n_transitions`` counts a row's
+            duplicate targets separately until :meth:`check` has merged rows' counts).
+        stats: the run's counters and time split (as :attr:`Explored.stats`).
+        worker_stats: per actor (as :attr:`Explored.worker_stats`), after :meth:`check` or :meth:`gather`.
+    """
+
+    def __init__(self, run: _RayRun, keep_workers: bool) -> None:
+        self.run = run
+        self.keep_workers = keep_workers
+        self.n_states, self.n_transitions, self.n_initial, self.depth = run.n, run.transitions, run.n_initial, run.depth
+        self.stats: dict[str, float] = {"depth": run.depth, "policy_states": run.policy_states,
+                                        "policy_calls": run.policy_calls, "restarts": run.restarts,
+                                        "startup_s": run.startup_s, "levels_s": run.levels_s}
+        self.worker_stats: list[dict[str, Any]] = []
+        self.closed = False
+
+    def gather(self) -> Explored:
+        """Every row to this process (the reducer's input), as :func:`explore_ray` returns without ``rows_stay``."""
+        out = self.run.finish()
+        self.worker_stats = out.worker_stats
+        return out
+
+    def check(self, precision: float, max_iterations: int = 1_000_000,
+              progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Check the job's property on the actors (:mod:`distmc.check.distributed`).
+
+        Returns ``value``, ``lower``, ``upper`` (``[I]`` at the initial states, by global id) and the time split
+        ``build_s`` (the workers' parts and the exchange plan) and ``check_s``.
+        """
+        out = self.run.check_on_workers(precision, max_iterations, progress)
+        self.worker_stats = out.pop("worker_stats")
+        # the transitions of the merged rows (the levels count them before duplicates are added up)
+        self.n_transitions = int(sum(ws["check_transitions"] for ws in self.worker_stats))
+        return out
+
+    def close(self, ok: bool) -> None:
+        """End the run: keep its actors for a next run (``ok`` and kept workers), else end them."""
+        if self.closed:
+            return
+        self.closed = True
+        if ok and self.keep_workers:
+            self.run.keep()
+        else:
+            self.run.kill()
+
+
+def gpu_share(gpus: float, workers: int, requested: float | None = None) -> float:
+    """The GPU share each worker asks Ray for, so that its policy replica runs on a GPU where the cluster has one.
+
+    Automatic (``requested`` None): no GPU, 0; else the cluster's GPUs split evenly over the workers, at most one
+    each (fractional ``num_gpus``: several workers, each with its own replica, share a GPU, and Ray places them on
+    the GPU nodes). ``requested`` overrides it (0 keeps every replica on the CPU).
+    """
+    if requested is not None:
+        if requested < 0 or (requested > 1 and requested != int(requested)):
+            raise DistmcError(f"--gpus-per-worker must be 0, a fraction up to 1, or a whole number, not {requested}")
+        return float(requested)
+    if gpus <= 0:
+        return 0.0
+    return min(1.0, gpus / workers)
+
+
+#: The actors of the last finished run, kept idle for the next run of the same shape (same Ray job, worker count,
+#: resources and threads): a new actor costs its process, its imports and numba's start, a kept one only its parts.
+#: Its policy servers (``"servers"``) are kept for a next run of the same job with files of the same content.
+_kept: dict[str, tuple[tuple[Any, ...], list[Any]]] = {}
+
+
+def release_workers() -> None:
+    """End the actors kept from the last run (they also end with this process, or with ``ray.shutdown()``)."""
+    for what in ("run", "servers"):
+        kept = _kept.pop(what, None)
+        if kept is not None:
+            _kill(kept[1])
+
+
+def _kill(actors: list[Any]) -> None:
+    import ray
+
+    for a in actors:
+        try:
+            ray.kill(a)
+        except Exception:  # noqa: BLE001 - already gone, or its Ray session has ended
+            pass
+
+
+class _WorkerLost(Exception):
+    """A worker's process or node is gone (Ray lost the actor or an object it held)."""
+
+
+def explore_ray(
+    job: Job,
+    codec: StateCodec,
+    initial_keys: np.ndarray,
+    workers: int,
+    *,
+    address: str | None = None,
+    batch_states: int = 20_000,
+    limits: Limits | None = None,
+    checkpoint: Checkpoint | None = None,
+    progress: Callable[[dict[str, float]], None] | None = None,
+    max_restarts: int = 3,
+    gpus_per_worker: float | None = None,
+    keep_workers: bool = True,
+    threads_per_worker: int | None = None,
+    policy_servers: int = 0,
+    rows_stay: bool = False,
+) -> Any:
+    """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
+
+    Args:
+        job: what to explore; every actor builds its own parts from it.
+        codec: the state packing (the driver's, for routing the initial states).
+        initial_keys: ``[I]`` packed initial states.
+        workers: number of actors (partitions).
+        address: a running Ray cluster (``auto`` or ``HOST:PORT``); None: the cluster in ``RAY_ADDRESS`` if set,
+            else a new local Ray (unless this process is connected to one already).
+        batch_states: states per expansion batch inside an actor.
+        limits: stop with :class:`ResourceLimitError` (and a partial report) once a limit is passed.
+        checkpoint: write every level to this checkpoint and, if it already holds levels, continue from the last
+            one; a lost worker is then replaced (up to ``max_restarts`` times) and the run goes on.
+        progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
+        max_restarts: how many worker losses a checkpointed run survives.
+        gpus_per_worker: the GPU share each actor asks Ray for (:func:`gpu_share`; None: automatic).
+        keep_workers: after a successful run, keep the actors (emptied) for the next run of the same shape in
+            this process, which then skips their start-up (:func:`release_workers` ends them); a failed run's
+            actors always end.
+        threads_per_worker: numba threads of each actor (None: the cluster's CPUs divided by the workers, at least
+            one; so a lone actor on this machine uses every core, and W actors one core each when W >= cores).
+        policy_servers: 0: every actor loads its own policy replica; S > 0: S policy-server actors each load one
+            (a GPU each where the cluster has them) and serve the workers' batches
+            (:mod:`distmc.explore.policy_server`).
+        rows_stay: keep the rows on the actors (no row comes to this process during the run) and return a
+            :class:`RayRows` instead of an :class:`Explored`: the caller then checks on the actors
+            (:meth:`RayRows.check`) or gathers the rows (:meth:`RayRows.gather`), and closes it.
+    """
+    if threads_per_worker is not None and threads_per_worker < 1:
+        raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
+    if policy_servers < 0:
+        raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
+    # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
+    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
+    import ray
+
+    if not ray.is_initialized():
+        # No address: a Ray of our own (or RAY_ADDRESS's), never whichever cluster this machine started last, which
+        # ray.init() would otherwise join (and which its owner may shut down in the middle of our run).
+        address = address or os.environ.get("RAY_ADDRESS") or "local"
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker,
+                  threads_per_worker, policy_servers, rows_stay)
+    try:
+        if rows_stay:
+            run.run(initial_keys, max_restarts, gather=False)
+            return RayRows(run, keep_workers)
+        out = run.run(initial_keys, max_restarts)
+    except BaseException:
+        run.kill()
+        raise
+    if keep_workers:
+        run.keep()
+    else:
+        run.kill()
+    return out
+
+
+class _RayRun:
+    """The driver's side of one distributed exploration: actors, the level loop, recovery."""
+
+    def __init__(self, ray: Any, job: Job, codec: StateCodec, workers: int, batch_states: int, limits: Limits,
+                 checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
+                 gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
+                 policy_servers: int = 0, rows_stay: bool = False) -> None:
+        self.ray, self.job, self.codec, self.workers = ray, job, codec, workers
+        self.policy_servers = policy_servers
+        self.servers: list[Any] = []
+        self.servers_key: tuple[Any, ...] = ()
+        self.gpus_per_worker, self.threads_per_worker = gpus_per_worker, threads_per_worker
+        self.batch_states, self.limits, self.ckpt, self.progress = batch_states, limits, checkpoint, progress
+        self.start = time.time()
+        self.check = LimitCheck(limits, self.start)
+        self.actors: list[Any] = []
+        self.info: list[dict[str, Any]] = []
+        self.key: tuple[Any, ...] = ()  # what a kept actor must match to be reused
+        self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.policy_calls = 0
+        self.restarts = 0
+        self.frontier = 0
+        # Without a checkpoint the rows come to the driver level by level: each level's are taken from the actors
+        # (``taken``: their refs) and placed in global order while the actors run the next level (``blocks``).
+        self.stream = checkpoint is None and not rows_stay
+        self.rows_stay = rows_stay
+        self.checking = False  # the distributed check runs (errors say so)
+        self.taken: list[Any] = []
+        self.blocks: list[RowBlock] = []
+        self.absorb_s = 0.0
+
+    # -- actors ------------------------------------------------------------------------------------------------
+
+    def spawn(self) -> None:
+        # One CPU per actor when the cluster has them (so Ray spreads the actors over its nodes); none when there
+        # are more actors than CPUs, which is allowed (the scaling experiment oversubscribes on purpose).
+        ray, w = self.ray, self.workers
+        # CPUs of the nodes alive now (after a lost node, the cluster's totals may still count it for a while)
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = int(sum(n["Resources"].get("CPU", 0) for n in alive) or 1)
+        gpus = float(sum(n["Resources"].get("GPU", 0) for n in alive))
+        threads = self.threads_per_worker or max(1, cpus // w)
+        opts: dict[str, Any] = {"num_cpus": 1 if cpus >= w else 0, "scheduling_strategy": "SPREAD"}
+        served = self.start_servers(gpus)
+        share = 0.0 if served else gpu_share(gpus, w, self.gpus_per_worker)  # served workers load no network
+        if share:
+            opts["num_gpus"] = share
+        ckdir = None if self.ckpt is None else str(self.ckpt.directory)
+        self.key = (ray.get_runtime_context().get_job_id(), w, threads, repr(sorted(opts.items())), len(served))
+        if self.reuse(ckdir, served):
+            return
+        # "mail": the peers' messages of a distributed check, taken while the check runs in the default group
+        actor_cls = ray.remote(concurrency_groups={"mail": 1}, **opts)(PartitionActor)
+        self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start,
+                                        served[r % len(served)] if served else None)
+                       for r in range(w)]
+        self.info = self.started([a.ready.remote() for a in self.actors], f"the {w} workers", "a worker")
+
+    def start_servers(self, gpus: float) -> list[tuple[Any, dict[str, Any]]]:
+        """Start this run's policy servers (none unless ``policy_servers``); (handle, description) of each."""
+        from distmc.explore.policy_server import PolicyServer
+
+        self.kill_servers()
+        s = self.policy_servers
+        kept = _kept.pop("servers", None)
+        if not s:
+            if kept is not None:
+                _kill(kept[1])
+            return []
+        opts: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}  # mostly waiting, or on the GPU
+        share = gpu_share(gpus, s, self.gpus_per_worker)
+        if share:
+            opts["num_gpus"] = share
+        stamp = _job_stamp(self.job)
+        self.servers_key = (self.ray.get_runtime_context().get_job_id(), s, repr(sorted(opts.items())), stamp)
+        if kept is not None and stamp is not None and kept[0] == self.servers_key:
+            try:  # the last run's servers, with the same policy loaded
+                infos = self.ray.get([x.describe.remote() for x in kept[1]], timeout=START_TIMEOUT_S)
+                self.servers = kept[1]
+                return list(zip(self.servers, infos, strict=True))
+            except Exception:  # noqa: BLE001 - lost: new ones say why if they cannot start
+                log.info("kept policy servers not reusable; starting new ones")
+        if kept is not None:
+            _kill(kept[1])
+        self.servers = [self.ray.remote(**opts)(PolicyServer).remote(self.job) for _ in range(s)]
+        infos = self.started([x.describe.remote() for x in self.servers], f"the {s} policy servers", "a policy server")
+        return list(zip(self.servers, infos, strict=True))
+
+    def started(self, refs: list[Any], all_of: str, one: str) -> list[Any]:
+        """The answers of newly started actors, or one clear error (resources missing, or the actor's own)."""
+        ray = self.ray
+        try:
+            return list(ray.get(refs, timeout=START_TIMEOUT_S))
+        except ray.exceptions.GetTimeoutError:
+            raise WorkerError(f"{all_of} did not all start within {START_TIMEOUT_S} s: the cluster lacks the "
+                              f"resources for them (see `ray status`)") from None
+        except Exception as exc:  # an actor failed to build its parts: report the cause, not Ray's wrapper
+            cause = getattr(exc, "cause", None) or exc
+            if isinstance(cause, DistmcError):
+                raise cause from None
+            raise WorkerError(f"{one} could not start: {type(cause).__name__}: {cause}") from exc
+
+    def kill_servers(self) -> None:
+        _kill(self.servers)
+        self.servers = []
+
+    def reuse(self, ckdir: str | None, served: list[tuple[Any, dict[str, Any]]]) -> bool:
+        """Take the kept actors if they have this run's shape and answer (else end them); True if taken."""
+        kept = _kept.pop("run", None)
+        if kept is None:
+            return False
+        key, actors = kept
+        if key == self.key:
+            ray = self.ray
+            try:
+                ray.get([a.setup.remote(self.job, r, self.workers, self.batch_states, ckdir, self.limits, self.start,
+                                        served[r % len(served)] if served else None)
+                         for r, a in enumerate(actors)], timeout=START_TIMEOUT_S)
+                self.info = ray.get([a.ready.remote() for a in actors], timeout=START_TIMEOUT_S)
+                self.actors = actors
+                return True
+            except Exception:  # noqa: BLE001 - lost, or its parts fail to build: new actors say why
+                log.info("kept workers not reusable; starting new ones")
+        _kill(actors)
+        return False
+
+    def keep(self) -> None:
+        """Empty the actors and keep them for the next run (:func:`release_workers`)."""
+        for a in self.actors:
+            a.release.remote()
+        _kept["run"] = (self.key, self.actors)
+        self.actors = []
+        if self.servers:  # for a next run of the same job (another job starts its own)
+            _kept["servers"] = (self.servers_key, self.servers)
+            self.servers = []
+
+    def kill(self) -> None:
+        _kill(self.actors)
+        self.actors = []
+        self.kill_servers()
+
+    def get(self, refs: Any) -> Any:
+        """``ray.get``, with a lost worker as :class:`_WorkerLost` and a worker's own error as itself."""
+        ray = self.ray
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ResourceLimitError) and self.checking:
+                raise ResourceLimitError(
+                    f"{cause}; the model ({self.n} states, {self.transitions} transitions) was explored but not "
+                    "checked", {"states": self.n, "transitions": self.transitions, "frontier": 0, "depth": self.depth,
+                                "elapsed_s": round(time.time() - self.start, 3)}) from None
+            if isinstance(cause, ResourceLimitError):  # a worker's time or memory: report the global counts
+                raise self.check.stop(str(cause), states=self.n, transitions=self.transitions,
+                                      frontier=self.frontier, depth=self.depth) from None
+            if isinstance(cause, DistmcError):
+                raise cause from None
+            if isinstance(cause, ray.exceptions.RayError):
+                raise _WorkerLost(str(cause).splitlines()[0]) from exc
+            where = "during the check" if self.checking else f"at depth {self.depth}"
+            raise WorkerError(f"a worker failed {where}: {type(cause).__name__}: {cause}") from exc
+        except ray.exceptions.RayError as exc:
+            raise _WorkerLost(str(exc).splitlines()[0]) from exc
+
+    # -- the run -----------------------------------------------------------------------------------------------
+
+    def spawn_keeping(self) -> None:
+        """:meth:`spawn`, and the actors keep their rows when the check runs on them."""
+        self.spawn()
+        if self.rows_stay:
+            self.get([a.keep_rows_here.remote() for a in self.actors])
+
+    def run(self, initial_keys: np.ndarray, max_restarts: int, gather: bool = True) -> Explored | None:
+        """Explore to the fixpoint; with ``gather``, the explored partitions (else the rows stay on the actors)."""
+        t0 = time.perf_counter()
+        self.spawn_keeping()
+        self.startup_s = time.perf_counter() - t0
+        if self.ckpt is not None and self.ckpt.level >= 0:
+            self.restore()
+        else:
+            self.begin(initial_keys)
+        while True:
+            try:
+                done = self.level()
+            except _WorkerLost as exc:
+                self.recover(exc, max_restarts)
+                continue
+            if done:
+                break
+        self.levels_s = time.perf_counter() - t0 - self.startup_s
+        if not gather:
+            return None
+        return self.finish()
+
+    def split(self, out: Explored) -> None:
+        """The run's time split into ``out``'s stats, and each worker's idle time in the levels."""
+        out.stats.update(startup_s=self.startup_s, levels_s=self.levels_s)
+        for ws in out.worker_stats:  # a worker's level time it was not working: at the barriers, or Ray's transfers
+            busy = sum(float(ws.get(k, 0.0)) for k in ("expand_s", "lookup_s", "store_s", "exchange_s", "checkpoint_s"))
+            ws["idle_s"] = max(0.0, self.levels_s - busy)
+
+    def begin(self, initial_keys: np.ndarray) -> None:
+        uniq, first = np.unique(initial_keys, return_index=True)
+        keys = uniq[np.argsort(first, kind="stable")]
+        gids = np.arange(keys.shape[0], dtype=np.int64)
+        if self.ckpt is not None:
+            self.ckpt.write_initial(keys, gids)
+        self.hand_out(keys, gids, np.ones(keys.shape[0], dtype=bool))
+        self.n = self.n_initial = self.frontier = int(keys.shape[0])
+
+    def hand_out(self, keys: np.ndarray, gids: np.ndarray, frontier: np.ndarray) -> None:
+        """Give each actor the states it owns."""
+        owner = owner_of(self.codec.to_words(keys), self.workers)
+        self.get([a.restore.remote(keys[owner == o], gids[owner == o], frontier[owner == o])
+                  for o, a in enumerate(self.actors)])
+
+    def restore(self) -> None:
+        """Go on from the checkpoint's last committed level (a resumed run, or after a lost worker)."""
+        ckpt = self.ckpt
+        assert ckpt is not None
+        ckpt.drop_uncommitted()
+        keys, gids, levels = ckpt.states()
+        m = ckpt.meta
+        self.depth, self.n, self.transitions = ckpt.level, m["states"], m["transitions"]
+        self.policy_states, self.policy_calls = m["policy_states"], m["policy_calls"]
+        if gids.shape[0] != self.n:
+            raise DistmcError(f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, "
+                              f"{self.n} in meta.json")
+        self.n_initial = int((levels == 0).sum())
+        frontier = levels == ckpt.level
+        self.frontier = int(frontier.sum())
+        self.hand_out(keys, gids, frontier)
+        if self.rows_stay:  # the rows of the committed levels are in the files: each actor reads its own back
+            owners = owner_of(self.codec.to_words(keys), self.workers).astype(np.int16)
+            by_gid = np.empty(gids.shape[0], dtype=np.int16)
+            by_gid[gids] = owners
+            del owners
+            self.get([a.load_rows.remote(str(ckpt.directory), ckpt.level, by_gid) for a in self.actors])
+        log.info("resumed depth=%d states=%d frontier=%d from=%s", self.depth, self.n, self.frontier, ckpt.directory)
+
+    def recover(self, exc: _WorkerLost, max_restarts: int) -> None:
+        if self.ckpt is None:
+            raise WorkerError(
+                f"a worker was lost at depth {self.depth + 1} ({exc}); the {self.n} states explored so far were "
+                f"held by the workers and are lost with the run. Run again with --checkpoint-dir DIR: a lost "
+                f"worker is then replaced and the run goes on from its last finished level (and a stopped run "
+                f"continues with --resume DIR)"
+            ) from None
+        self.restarts += 1
+        if self.restarts > max_restarts:
+            raise WorkerError(
+                f"workers were lost {self.restarts} times (last: {exc}); giving up. Everything up to depth "
+                f"{self.ckpt.level} is in {self.ckpt.directory}: continue with --resume {self.ckpt.directory}"
+            ) from None
+        log.warning("worker lost at depth=%d (%s); restarting %d workers from checkpoint level %d",
+                    self.depth + 1, exc, self.workers, self.ckpt.level)
+        self.kill()
+        self.spawn_keeping()
+        self.restore()
+
+    def level(self) -> bool:
+        """One breadth-first level on every actor; True at the fixpoint."""
+        actors, w = self.actors, self.workers
+        if w == 1:  # a lone actor numbers its new states itself: one call per level
+            ref = actors[0].level_solo.remote(self.depth + 1, self.n)
+            self.absorb()
+            stored = self.get([ref])
+            new = stored[0]["new"]
+        else:
+            new, stored = self.exchange()
+        if self.stream:  # this level's rows, placed during the next level (an actor runs its calls in order)
+            self.taken = [a.take.remote() for a in actors]
+        self.depth += 1
+        self.n += new
+        self.frontier = new
+        self.transitions += sum(x["transitions"] for x in stored)
+        self.policy_states += sum(x["policy_states"] for x in stored)
+        self.policy_calls += sum(x["policy_calls"] for x in stored)
+        if self.ckpt is not None:
+            self.ckpt.commit(self.depth, self.n, self.transitions, self.policy_states, self.policy_calls)
+        memory = rss_bytes() + sum(x["rss"] for x in stored)
+        info = {"depth": self.depth, "states": self.n, "frontier": self.frontier, "transitions": self.transitions,
+                "policy_states": self.policy_states, "policy_calls": self.policy_calls, "memory": memory,
+                "restarts": self.restarts,
+                "elapsed_s": time.time() - self.start, "worker_pids": [i["pid"] for i in self.info],
+                "worker_nodes": [i["node"] for i in self.info]}
+        log.info("level depth=%d states=%d frontier=%d transitions=%d memory=%d", self.depth, self.n,
+                 self.frontier, self.transitions, memory)
+        if self.progress is not None:
+            self.progress(info)
+        if self.frontier:
+            self.check.check(states=self.n, transitions=self.transitions, frontier=self.frontier, depth=self.depth,
+                             memory=memory)
+        return self.frontier == 0
+
+    def exchange(self) -> tuple[int, list[dict[str, int]]]:
+        """Steps 1-4 of a level (module docstring) on W > 1 actors; the number of new states, and what they stored."""
+        actors, w = self.actors, self.workers
+        sent = [a.expand.options(num_returns=w).remote() for a in actors]
+        sent = [s if isinstance(s, list) else [s] for s in sent]
+        self.absorb()  # the last level's rows, while the actors expand
+        news = self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)]) for o in range(w)])
+        occ = np.concatenate(news)
+        tag = np.concatenate([np.full(x.shape[0], o, dtype=np.int64) for o, x in enumerate(news)])
+        order = np.argsort(occ, kind="stable")
+        gids = np.empty(occ.shape[0], dtype=np.int64)
+        gids[order] = self.n + np.arange(occ.shape[0], dtype=np.int64)
+        answers = [actors[o].answer.options(num_returns=w).remote(gids[tag == o]) for o in range(w)]
+        answers = [x if isinstance(x, list) else [x] for x in answers]
+        stored = self.get([actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
+                           for s in range(w)])
+        return int(occ.shape[0]), stored
+
+    def check_on_workers(self, precision: float, max_iterations: int,
+                         progress: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+        """The distributed check on the actors (see :meth:`RayRows.check`)."""
+        ray, actors, w = self.ray, self.actors, self.workers
+        t0 = time.perf_counter()
+        self.checking = True
+        try:
+            plans = [a.check_plan.options(num_returns=w).remote(self.n_initial) for a in actors]
+            plans = [p if isinstance(p, list) else [p] for p in plans]
+            self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)]) for o, a in enumerate(actors)])
+            del plans
+            t1 = time.perf_counter()
+            refs = [a.check_run.remote(precision, max_iterations) for a in actors]
+            pending = list(refs)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+                for ref in done:
+                    self.get(ref)  # a worker's error now, not after the others time out waiting for it
+                if pending and progress is not None:
+                    try:
+                        status = ray.get(actors[0].check_status.options(concurrency_group="mail").remote(), timeout=5)
+                    except Exception:  # noqa: BLE001 - only the live line; the failure itself comes from get()
+                        status = "checking"
+                    progress({"phase": status, "elapsed_s": time.time() - self.start})
+            results = self.get(refs)
+        except _WorkerLost as exc:
+            raise WorkerError(
+                f"a worker was lost during the distributed check ({exc}); "
+                + (f"the exploration is saved in {self.ckpt.directory}: continue with --resume {self.ckpt.directory}"
+                   if self.ckpt is not None else
+                   "the rows it held are lost with the run. Run again with --checkpoint-dir DIR: a run that loses a "
+                   "worker during the check then continues with --resume DIR without exploring again")
+            ) from None
+        except BaseException:
+            for a in actors:  # wake the workers that wait for a peer that stopped
+                a.check_abort.options(concurrency_group="mail").remote("another worker failed")
+            raise
+        t2 = time.perf_counter()
+        out: dict[str, Any] = dict(_combine(results))
+        out.update(build_s=t1 - t0, check_s=t2 - t1,
+                   worker_stats=[dict(r["stats"], pid=i["pid"]) for r, i in zip(results, self.info, strict=True)])
+        for ws in out["worker_stats"]:
+            busy = sum(float(ws.get(k, 0.0)) for k in ("expand_s", "lookup_s", "store_s", "exchange_s", "checkpoint_s"))
+            ws["idle_s"] = max(0.0, self.levels_s - busy)
+        return out
+
+    def absorb(self) -> None:
+        """Place the rows taken from the actors after the last level (:meth:`PartitionActor.take`)."""
+        if not self.taken:
+            return
+        t = time.perf_counter()
+        pieces = [p for p in self.get(self.taken) if p["counts"].shape[0]]
+        self.taken = []
+        if pieces:
+            self.blocks.append(order_rows(pieces))
+        self.absorb_s += time.perf_counter() - t
+
+    def finish(self) -> Explored:
+        """Gather the partitions' states and rows into one :class:`Explored` (the reducer's input)."""
+        t1 = time.perf_counter()
+        self.absorb()
+        if self.ckpt is not None:
+            stats = self.get([a.result.remote(rows=False) for a in self.actors])
+            out = gather(self.ckpt.results(), self.n_initial)
+        else:
+            stats = results = self.get([a.result.remote() for a in self.actors])
+            # the actors merged their rows (_keep)
+            out = gather(results, self.n_initial, merged=True, blocks=self.blocks)
+            self.blocks = []
+            del results
+        out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "policy_calls": self.policy_calls,
+                          "restarts": self.restarts, "place_s": self.absorb_s})
+        out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(stats, self.info, strict=True)]
+        self.split(out)
+        out.stats["gather_s"] = time.perf_counter() - t1
+        return out
+

@@ -1,0 +1,263 @@
+"""The distributed checker (:mod:`distmc.check.distributed`): rows stay on the workers, the check runs there.
+
+Two levels:
+- in-process, W workers as threads with mailboxes (no Ray): every state's value, lower and upper bound equal the
+  native checker's bit for bit, for W = 1..4, on every property form the native checker takes;
+- on Ray (``--checker distributed``, 2 and 3 workers): the value equals the native checker's (1e-12) and Storm's
+  (1e-9 relative), the report says ``distributed``, and the driver holds no row.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from distmc.api import verify
+from distmc.assemble.reducer import assemble
+from distmc.check.distributed import Mailbox, WorkerEngine, build_part
+from distmc.check.native import LocalEngine, matrix_of, values_of
+from distmc.cli import main
+from distmc.errors import DistmcError, PropertyError, ResourceLimitError
+from distmc.explore.limits import LimitCheck, Limits
+from distmc.explore.local import explore_local
+from distmc.explore.ray import owner_of
+from distmc.pipeline import Job
+from tests.conftest import SHARED_MODELS, STORM_FILES
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "distmc" / "examples"
+EXAMPLE = EXAMPLES / "gridworld.prism"
+CHAIN = Path(__file__).resolve().parent / "data" / "gym" / "chain.prism"
+POLICY = {"policy": str(EXAMPLES / "gridworld_policy.pt"), "interface": str(EXAMPLES / "gridworld_policy.json")}
+
+CASES = [
+    (EXAMPLE, "N=5", 'P=? [F "crash"]', POLICY),
+    (EXAMPLE, "N=5", 'P=? [F<=12 "crash"]', POLICY),
+    (EXAMPLE, "N=5", 'P=? [!"goal" U "crash"]', {}),
+    (EXAMPLE, "N=5", 'P=? [x < 3 U<=20 "goal"]', {}),
+    (EXAMPLE, "N=5", 'P=? [F x=2 & y=1]', {}),
+    (EXAMPLE, "N=5", 'R=? [F "crash" | "goal"]', POLICY),
+    (EXAMPLE, "N=5", 'R=? [F "goal"]', {}),  # infinite from states that may crash
+    (EXAMPLE, "N=5", "R=? [C<=10]", POLICY),
+    (STORM_FILES / "dtmc/brp-16-2.pm", None, "P=? [F s=5]", {}),
+    (STORM_FILES / "dtmc/crowds-5-5.pm", None, "P=? [F<=20 observe0>1]", {}),
+    (STORM_FILES / "dtmc/die.pm", None, 'R=? [F "done"]', {}),
+    (CHAIN, None, 'R=? [F "done"]', {}),
+    (CHAIN, None, "R=? [I=2]", {}),
+]
+
+
+class _Peer:
+    """A stand-in for a Ray actor handle: ``peer.deliver.options(...).remote(key, payload)`` fills a mailbox."""
+
+    def __init__(self, box: Mailbox) -> None:
+        self.deliver = self
+        self.box = box
+
+    def options(self, **_: Any) -> _Peer:
+        return self
+
+    def remote(self, key: tuple[str, int, int], payload: Any) -> None:
+        self.box.put(key, payload)
+
+
+def _explored(model: Path, constants: str | None, prop: str, kw: dict[str, str]) -> tuple[Any, ...]:
+    job = Job(str(model), prop, constants, kw.get("policy", "uniform"), kw.get("interface"))
+    parts = job.build()
+    assert parts.expander is not None
+    explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states))
+    loop, deadlock, rewards = explored.loop.copy(), explored.deadlock.copy(), dict(explored.rewards)
+    induced = assemble(explored, parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
+    return parts, induced, loop, deadlock, rewards
+
+
+def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rewards: dict[str, np.ndarray],
+           w: int) -> list[Any]:
+    """The induced DTMC's rows spread over ``w`` workers by owner, as the Ray actors hold them."""
+    owner = owner_of(parts.codec.to_words(induced.keys), w)
+    targets, prob = induced.targets, induced.prob
+    counts = np.diff(induced.row_offsets)
+    out = []
+    for r in range(w):
+        own = np.flatnonzero(owner == r)
+        branch = np.repeat(owner == r, counts)
+        rows = [(own, induced.row_action[own], counts[own], targets[branch], prob[branch])]
+        part = build_part(r, w, own, induced.keys[own], rows, [{k: v[own] for k, v in rewards.items()}],
+                          [(own, loop[own], deadlock[own])], lambda g: owner[g], induced.initial.shape[0],
+                          parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
+        out.append(part)
+    boxes = [Mailbox() for _ in range(w)]
+    peers = [_Peer(b) for b in boxes]
+    asks = [p.requests() for p in out]
+    for o, p in enumerate(out):
+        p.serve([asks[s][o] for s in range(w)])
+    return [(p, peers, boxes[p.rank]) for p in out]
+
+
+def _run_threads(workers: list[Any], spec: Any, limits: LimitCheck | None = None) -> list[Any]:
+    results: list[Any] = [None] * len(workers)
+
+    def one(i: int) -> None:
+        part, peers, box = workers[i]
+        try:
+            results[i] = values_of(WorkerEngine(part, peers, box, limits), part, spec)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            results[i] = exc
+            for _, _, b in workers:
+                b.close(f"worker {i} failed")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(workers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return results
+
+
+@pytest.mark.parametrize(("model", "constants", "prop", "kw"), CASES)
+def test_workers_give_the_native_checkers_bits(model: Path, constants: str | None, prop: str,
+                                               kw: dict[str, str]) -> None:
+    parts, induced, loop, deadlock, rewards = _explored(model, constants, prop, kw)
+    assert induced.kind == "dtmc"
+    native = values_of(LocalEngine(matrix_of(induced)), induced, parts.spec)
+    for w in (1, 2, 3, 4):
+        workers = _split(parts, induced, loop, deadlock, rewards, w)
+        got = _run_threads(workers, parts.spec)
+        for r in got:
+            if isinstance(r, BaseException):
+                raise r
+        for k in range(3):  # value, lower, upper at every state
+            full = np.empty(induced.n_states)
+            for (part, _, _), vals in zip(workers, got, strict=True):
+                full[part.gids] = vals[k]
+            assert np.array_equal(full, native[k]), (w, k, np.abs(full - native[k]).max())
+
+
+def test_parts_hold_12_bytes_a_transition() -> None:
+    parts, induced, loop, deadlock, rewards = _explored(EXAMPLE, "N=6", 'P=? [F "crash"]', POLICY)
+    workers = _split(parts, induced, loop, deadlock, rewards, 2)
+    rows = sum(p.matrix.nbytes for p, _, _ in workers)
+    transitions = induced.n_transitions
+    offsets = sum(p.matrix.row_offsets.nbytes for p, _, _ in workers)
+    assert rows - offsets == 12 * transitions  # int32 column + float64 probability
+    assert sum(p.n_states for p, _, _ in workers) == induced.n_states
+    # each worker holds copies of the peer's states its rows point to, at most all of them
+    for p, _, _ in workers:
+        assert 0 < p.n_cols - p.n_states <= induced.n_states - p.n_states
+
+
+def test_a_limit_stops_every_worker() -> None:
+    parts, induced, loop, deadlock, rewards = _explored(EXAMPLE, "N=5", 'P=? [F<=100000 "crash"]', POLICY)
+    workers = _split(parts, induced, loop, deadlock, rewards, 2)
+    passed = LimitCheck(Limits(timeout=1.0), start=0.0)  # started long ago: the timeout has passed
+    got = _run_threads(workers, parts.spec, passed)
+    assert all(isinstance(r, DistmcError) for r in got)
+    assert any(isinstance(r, ResourceLimitError) and "--timeout" in str(r) for r in got)
+
+
+def test_an_mdp_is_refused() -> None:
+    job = Job(str(EXAMPLE), 'P=? [F "crash"]', "N=4", "uniform", None, "monolithic")
+    parts = job.build()
+    assert parts.expander is not None
+    explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states))
+    n = explored.n_states
+    rows = [(explored.row_state, explored.row_action, np.diff(explored.branch_offsets),
+             np.concatenate(explored.target_chunks), np.concatenate(explored.prob_chunks))]
+    with pytest.raises(PropertyError, match="DTMC"):
+        build_part(0, 1, np.arange(n), explored.keys, rows, [{}], [], lambda g: g * 0, 1, parts.model, parts.codec,
+                   parts.spec.atoms, [])
+
+
+# -- on Ray ----------------------------------------------------------------------------------------------------
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-300) if a != b else 0.0
+
+
+RAY_CASES = [
+    (EXAMPLE, "N=6", 'P=? [F "crash"]', POLICY),
+    (EXAMPLE, "N=6", 'P=? [F<=12 "crash"]', POLICY),
+    (EXAMPLE, "N=6", 'P=? [!"goal" U "crash"]', {}),
+    (EXAMPLE, "N=6", 'R=? [F "crash" | "goal"]', POLICY),
+    (EXAMPLE, "N=6", "R=? [C<=10]", {}),
+    (STORM_FILES / "dtmc/brp-16-2.pm", None, "P=? [F s=5]", {}),
+    (CHAIN, None, "R=? [I=2]", {}),
+]
+
+
+@pytest.mark.parametrize(("model", "constants", "prop", "kw"), RAY_CASES)
+def test_ray_distributed_check_matches_storm_and_native(model: Path, constants: str | None, prop: str,
+                                                        kw: dict[str, str]) -> None:
+    storm = verify(model, prop, constants=constants, checker="storm", **kw)
+    native = verify(model, prop, constants=constants, checker="native", **kw)
+    for w in (2, 3):
+        r = verify(model, prop, constants=constants, workers=w, checker="distributed", **kw)
+        assert r.checker == "distributed" and r.driver == "ray"  # type: ignore[union-attr]
+        assert (r.states, r.transitions) == (storm.states, storm.transitions)  # type: ignore[union-attr]
+        assert abs(r.result - native.result) <= 1e-12, (w, r.result, native.result)  # type: ignore[union-attr, operator]
+        assert _rel(r.result, storm.result) <= 1e-9, (w, r.result, storm.result)  # type: ignore[union-attr, arg-type]
+        assert len(r.memory["worker_peak_bytes"]) == w  # type: ignore[union-attr, arg-type]
+        assert all(ws["check_transitions"] > 0 for ws in r.worker_stats)  # type: ignore[union-attr]
+        assert sum(ws["check_transitions"] for ws in r.worker_stats) == r.transitions  # type: ignore[union-attr]
+
+
+@pytest.mark.skipif(not (SHARED_MODELS / "avoid.prism").exists(), reason="../shared/models/coolmc is not beside this checkout")
+@pytest.mark.parametrize("prop", ["P=? [F<=100 COLLISION=true]", "P=? [x<3 U COLLISION=true]"])
+def test_ray_distributed_check_on_avoid(prop: str) -> None:
+    kw = {"constants": "xMax=4,yMax=4,slickness=0.1"}
+    native = verify(SHARED_MODELS / "avoid.prism", prop, checker="native", **kw)
+    for w in (2, 3):
+        r = verify(SHARED_MODELS / "avoid.prism", prop, workers=w, checker="distributed", **kw)
+        assert abs(r.result - native.result) <= 1e-12  # type: ignore[union-attr, operator]
+
+
+def test_cli_distributed_report(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    assert main(["run", str(EXAMPLE), "--const", "N=5", "--prop", 'P=? [F<=12 "crash"]', "--workers", "2",
+                 "--checker", "distributed", "--quiet", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["checker"] == "distributed" and rep["induced"] == "dtmc"
+    assert rep["memory"]["driver_peak_bytes"] > 0 and len(rep["memory"]["worker_peak_bytes"]) == 2
+    local = verify(EXAMPLE, 'P=? [F<=12 "crash"]', constants="N=5", checker="native")
+    assert abs(rep["result"] - local.result) <= 1e-12  # type: ignore[union-attr, operator]
+
+
+def test_distributed_refuses_what_it_cannot_check() -> None:
+    with pytest.raises(PropertyError, match="--checker distributed cannot check"):
+        verify(EXAMPLE, "R=? [C]", constants="N=4", workers=2, checker="distributed")
+    with pytest.raises(DistmcError, match="--driver ray"):
+        verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", driver="local", checker="distributed")
+    with pytest.raises(DistmcError, match="export"):
+        verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, checker="distributed", export_path="m.umb")
+
+
+def test_a_worker_lost_in_the_check_says_how_to_resume(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    prop = 'P=? [F<=4000 "crash"]'  # thousands of exchanges: the check outlasts the first live-line poll
+    ck = tmp_path / "ck"
+    pids: list[int] = []
+    killed: list[int] = []
+
+    def progress(info: dict[str, Any]) -> None:
+        if "worker_pids" in info:
+            pids[:] = info["worker_pids"]
+        elif "step" in str(info.get("phase", "")) and not killed:
+            killed.append(pids[1])
+            os.kill(pids[1], signal.SIGKILL)
+
+    with pytest.raises(DistmcError, match=f"--resume {ck}") as err:
+        verify(EXAMPLE, prop, constants="N=5", **POLICY, workers=2, checker="distributed", checkpoint_dir=ck,
+               progress=progress)
+    assert killed and err.value.exit_code == 8
+    resumed = verify(None, None, resume=ck, workers=3, checker="distributed")  # other owners than the first run
+    native = verify(EXAMPLE, prop, constants="N=5", **POLICY, checker="native")
+    assert resumed.checker == "distributed"  # type: ignore[union-attr]
+    assert (resumed.states, resumed.transitions) == (native.states, native.transitions)  # type: ignore[union-attr]
+    assert abs(resumed.result - native.result) <= 1e-12  # type: ignore[union-attr, operator]
