@@ -19,7 +19,7 @@ from distmc.check.native import at_initial, check_native, unsupported
 from distmc.check.properties import PropertySpec
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
 from distmc.explore.checkpoint import Checkpoint
-from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, rss_bytes
+from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, peak_rss_bytes, rss_bytes
 from distmc.explore.local import explore_local
 from distmc.explore.partition import Explored
 from distmc.pipeline import Job, Parts
@@ -53,13 +53,6 @@ STORM_BYTES_PER_TRANSITION = 80
 #: What gathering a Ray run's rows into the driver costs per transition: the rows themselves (int64 target and
 #: float64 probability), and with several workers a second copy while they are placed in global order.
 GATHER_BYTES_PER_TRANSITION = 16
-
-
-def _peak_rss() -> int:
-    """This process's resident-set peak, in bytes (since it started)."""
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _choose_ray_checker(checker: str, limits: Limits, rows: object, spec: PropertySpec, kind: str, workers: int,
@@ -378,7 +371,7 @@ def verify(
         policy_calls=int(explored.stats.get("policy_calls", 0)),
         restarts=int(explored.stats.get("restarts", 0)),
         checker=used,
-        memory={"driver_peak_bytes": _peak_rss(),
+        memory={"driver_peak_bytes": peak_rss_bytes(),
                 "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in explored.worker_stats]},
         timings={"handoff_s": 0.0, **timings,
                  **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT}},
@@ -413,7 +406,7 @@ def _distributed_report(job: Job, parts: Parts, workers: int, driver: str, rows:
         policy_calls=int(stats.get("policy_calls", 0)),
         restarts=int(stats.get("restarts", 0)),
         checker="distributed",
-        memory={"driver_peak_bytes": _peak_rss(),
+        memory={"driver_peak_bytes": peak_rss_bytes(),
                 "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in rows.worker_stats]},
         timings={"handoff_s": 0.0, **timings, **{k: float(v) for k, v in stats.items() if k in _EXPLORE_SPLIT}},
     )

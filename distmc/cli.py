@@ -22,7 +22,7 @@ __all__ = ["main"]
 
 #: What ``--checker native`` checks, and ``--driver``'s default: the same words in ``run --help`` and the README
 #: (``tests/test_first_use.py`` holds them to it).
-NATIVE_CHECKS = "P=? of F, U and their <=k forms; R=? of F, C<=k, I=k; on induced DTMCs"
+NATIVE_CHECKS = "P=? of F, U and their <=k/<k forms, R=? of F, C<=k, I=k"
 DRIVER_DEFAULT = ("local for one worker with no --address, --checkpoint-dir, --resume, --policy-servers or "
                   "--checker distributed, else ray")
 
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
                           "this process), distributed (the same on the Ray workers, where the rows stay: no process "
                           "holds the whole model), or auto (default: Storm, unless it would not fit in memory; then "
                           f"native in-process, distributed under the Ray driver). native and distributed check "
-                          f"{NATIVE_CHECKS}")
+                          f"{NATIVE_CHECKS} of induced DTMCs")
     run.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")

@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distmc.abstract.bounds import action_masks, crown, ibp
+from distmc.abstract.check import check_bounds
 from distmc.abstract.envs import get_env, isin
 from distmc.abstract.faults import FaultModel, parse_fault
-from distmc.abstract.mdp import BoxExpander, check_bounds
+from distmc.abstract.mdp import BoxExpander
 from distmc.abstract.network import Network, load_network
 from distmc.abstract.refine import analyse
 from distmc.abstract.simulate import failure_frequency

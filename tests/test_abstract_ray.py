@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from distmc.abstract.check import check_bounds
 from distmc.abstract.envs import get_env
 from distmc.abstract.faults import parse_fault
-from distmc.abstract.mdp import BoxExpander, check_bounds
+from distmc.abstract.mdp import BoxExpander
 from distmc.abstract.network import load_network
 from distmc.abstract.refine import analyse
 from distmc.abstract.split import Splitter

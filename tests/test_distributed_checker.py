@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from distmc.api import verify
 from distmc.assemble.reducer import assemble
 from distmc.check.distributed import Mailbox, WorkerEngine, build_part
+from distmc.check.kernels import compact_probabilities, expand_probabilities
 from distmc.check.native import LocalEngine, matrix_of, values_of
 from distmc.cli import main
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
@@ -76,7 +78,7 @@ def _explored(model: Path, constants: str | None, prop: str, kw: dict[str, str])
 
 
 def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rewards: dict[str, np.ndarray],
-           w: int) -> list[Any]:
+           w: int, direct: bool | None = None) -> list[Any]:
     """The induced DTMC's rows spread over ``w`` workers by owner, as the Ray actors hold them."""
     owner = owner_of(parts.codec.to_words(induced.keys), w)
     targets, prob = induced.targets, induced.prob
@@ -85,10 +87,13 @@ def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rew
     for r in range(w):
         own = np.flatnonzero(owner == r)
         branch = np.repeat(owner == r, counts)
-        rows = [(own, induced.row_action[own], counts[own], targets[branch], prob[branch])]
+        # as an actor holds them: int32 targets, a table of the distinct probabilities (every other worker's plain)
+        p = compact_probabilities(prob[branch]) if r % 2 == 0 else prob[branch]
+        rows = [(own, induced.row_action[own], counts[own], targets[branch].astype(np.int32), p)]
         part = build_part(r, w, own, induced.keys[own], rows, [{k: v[own] for k, v in rewards.items()}],
                           [(own, loop[own], deadlock[own])], lambda g: owner[g], induced.initial.shape[0],
-                          parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
+                          induced.n_states,
+                          parts.model, parts.codec, parts.spec.atoms, parts.reward_names, direct=direct)
         out.append(part)
     boxes = [Mailbox() for _ in range(w)]
     peers = [_Peer(b) for b in boxes]
@@ -124,8 +129,8 @@ def test_workers_give_the_native_checkers_bits(model: Path, constants: str | Non
     parts, induced, loop, deadlock, rewards = _explored(model, constants, prop, kw)
     assert induced.kind == "dtmc"
     native = values_of(LocalEngine(matrix_of(induced)), induced, parts.spec)
-    for w in (1, 2, 3, 4):
-        workers = _split(parts, induced, loop, deadlock, rewards, w)
+    for w, direct in ((1, None), (2, True), (3, False), (4, None)):  # both ways of making the columns
+        workers = _split(parts, induced, loop, deadlock, rewards, w, direct)
         got = _run_threads(workers, parts.spec)
         for r in got:
             if isinstance(r, BaseException):
@@ -137,13 +142,26 @@ def test_workers_give_the_native_checkers_bits(model: Path, constants: str | Non
             assert np.array_equal(full, native[k]), (w, k, np.abs(full - native[k]).max())
 
 
-def test_parts_hold_12_bytes_a_transition() -> None:
+def test_compact_probabilities_are_exact() -> None:
+    rng = np.random.default_rng(1)
+    few = rng.choice(rng.random(300), size=100_000)  # as a uniform policy's rows: a few hundred distinct values
+    table, idx = compact_probabilities(few)  # type: ignore[misc]
+    assert idx.dtype == np.uint16 and table.shape[0] == np.unique(few).shape[0]
+    assert np.array_equal(expand_probabilities((table, idx)), few)
+    many = rng.random(70_000)  # more distinct values than a uint16 index holds: kept as it is
+    assert compact_probabilities(many) is many
+
+
+def test_parts_hold_at_most_12_bytes_a_transition() -> None:
     parts, induced, loop, deadlock, rewards = _explored(EXAMPLE, "N=6", 'P=? [F "crash"]', POLICY)
     workers = _split(parts, induced, loop, deadlock, rewards, 2)
-    rows = sum(p.matrix.nbytes for p, _, _ in workers)
-    transitions = induced.n_transitions
-    offsets = sum(p.matrix.row_offsets.nbytes for p, _, _ in workers)
-    assert rows - offsets == 12 * transitions  # int32 column + float64 probability
+    transitions = [int(p.matrix.row_offsets[-1]) for p, _, _ in workers]
+    held = [p.matrix.nbytes - p.matrix.row_offsets.nbytes for p, _, _ in workers]
+    assert held[1] == 12 * transitions[1]  # int32 column + float64 probability
+    assert held[0] <= 12 * transitions[0]  # the network's probabilities are nearly all distinct: not compacted
+    parts, induced, loop, deadlock, rewards = _explored(EXAMPLE, "N=6", 'P=? [F "crash"]', {})  # uniform policy
+    p0 = _split(parts, induced, loop, deadlock, rewards, 2)[0][0]
+    assert p0.matrix.nbytes - p0.matrix.row_offsets.nbytes < 6.5 * int(p0.matrix.row_offsets[-1])
     assert sum(p.n_states for p, _, _ in workers) == induced.n_states
     # each worker holds copies of the peer's states its rows point to, at most all of them
     for p, _, _ in workers:
@@ -168,11 +186,21 @@ def test_an_mdp_is_refused() -> None:
     rows = [(explored.row_state, explored.row_action, np.diff(explored.branch_offsets),
              np.concatenate(explored.target_chunks), np.concatenate(explored.prob_chunks))]
     with pytest.raises(PropertyError, match="DTMC"):
-        build_part(0, 1, np.arange(n), explored.keys, rows, [{}], [], lambda g: g * 0, 1, parts.model, parts.codec,
+        build_part(0, 1, np.arange(n), explored.keys, rows, [{}], [], lambda g: g * 0, 1, n, parts.model, parts.codec,
                    parts.spec.atoms, [])
 
 
 # -- on Ray ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """One local Ray for this module's runs, shut down after it (the next module starts its own)."""
+    ray = pytest.importorskip("ray", reason="the distributed checker runs on Ray")
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
 
 
 def _rel(a: float, b: float) -> float:
@@ -191,7 +219,7 @@ RAY_CASES = [
 
 
 @pytest.mark.parametrize(("model", "constants", "prop", "kw"), RAY_CASES)
-def test_ray_distributed_check_matches_storm_and_native(model: Path, constants: str | None, prop: str,
+def test_ray_distributed_check_matches_storm_and_native(local_ray: None, model: Path, constants: str | None, prop: str,
                                                         kw: dict[str, str]) -> None:
     storm = verify(model, prop, constants=constants, checker="storm", **kw)
     native = verify(model, prop, constants=constants, checker="native", **kw)
@@ -208,7 +236,7 @@ def test_ray_distributed_check_matches_storm_and_native(model: Path, constants: 
 
 @pytest.mark.skipif(not (SHARED_MODELS / "avoid.prism").exists(), reason="../shared/models/coolmc is not beside this checkout")
 @pytest.mark.parametrize("prop", ["P=? [F<=100 COLLISION=true]", "P=? [x<3 U COLLISION=true]"])
-def test_ray_distributed_check_on_avoid(prop: str) -> None:
+def test_ray_distributed_check_on_avoid(local_ray: None, prop: str) -> None:
     kw = {"constants": "xMax=4,yMax=4,slickness=0.1"}
     native = verify(SHARED_MODELS / "avoid.prism", prop, checker="native", **kw)
     for w in (2, 3):
@@ -216,7 +244,7 @@ def test_ray_distributed_check_on_avoid(prop: str) -> None:
         assert abs(r.result - native.result) <= 1e-12  # type: ignore[union-attr, operator]
 
 
-def test_cli_distributed_report(tmp_path: Path) -> None:
+def test_cli_distributed_report(local_ray: None, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     assert main(["run", str(EXAMPLE), "--const", "N=5", "--prop", 'P=? [F<=12 "crash"]', "--workers", "2",
                  "--checker", "distributed", "--quiet", "--json", str(out)]) == 0
@@ -227,7 +255,7 @@ def test_cli_distributed_report(tmp_path: Path) -> None:
     assert abs(rep["result"] - local.result) <= 1e-12  # type: ignore[union-attr, operator]
 
 
-def test_distributed_refuses_what_it_cannot_check() -> None:
+def test_distributed_refuses_what_it_cannot_check(local_ray: None) -> None:
     with pytest.raises(PropertyError, match="--checker distributed cannot check"):
         verify(EXAMPLE, "R=? [C]", constants="N=4", workers=2, checker="distributed")
     with pytest.raises(DistmcError, match="--driver ray"):
@@ -236,7 +264,7 @@ def test_distributed_refuses_what_it_cannot_check() -> None:
         verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, checker="distributed", export_path="m.umb")
 
 
-def test_a_worker_lost_in_the_check_says_how_to_resume(tmp_path: Path) -> None:
+def test_a_worker_lost_in_the_check_says_how_to_resume(local_ray: None, tmp_path: Path) -> None:
     import os
     import signal
 

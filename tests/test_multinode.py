@@ -48,6 +48,33 @@ def test_three_nodes_identical_model(cluster: Any) -> None:
         assert np.array_equal(getattr(m, f), getattr(m0, f))
 
 
+def test_three_nodes_distributed_check(cluster: Any) -> None:
+    """The check on actors on three nodes: the in-process value, and no row in the driver."""
+    from distmc.explore.limits import rss_bytes
+
+    for prop in ('P=? [F<=30 "crash"]', 'P=? [!"goal" U "crash"]'):
+        local = verify(EXAMPLE, prop, constants="N=5", **POLICY, checker="native")
+        r = verify(EXAMPLE, prop, constants="N=5", **POLICY, workers=3, address=cluster.address,
+                   checker="distributed")
+        assert r.checker == "distributed"  # type: ignore[union-attr]
+        assert len({w["node"] for w in r.worker_stats}) == 3  # type: ignore[union-attr]
+        assert (r.states, r.transitions) == (local.states, local.transitions)  # type: ignore[union-attr]
+        assert abs(r.result - local.result) <= 1e-12  # type: ignore[union-attr, operator]
+    # The driver's memory does not grow with the transitions: sampled at every level and every poll of the check,
+    # it stays well below what the rows alone would take in it (16 B a transition).
+    base = rss_bytes()
+    peak = [base]
+
+    def sample(info: dict) -> None:
+        peak[0] = max(peak[0], rss_bytes())
+
+    big = verify(EXAMPLE, 'P=? [F<=50 "crash"]', constants="N=40", workers=3, address=cluster.address,
+                 checker="distributed", progress=sample)
+    rows = 16 * big.transitions  # type: ignore[union-attr]
+    assert big.transitions > 30_000_000  # type: ignore[union-attr]
+    assert peak[0] - base < rows / 8, (peak[0] - base, rows)  # about 20 MB of Ray's own, against 480 MB of rows
+
+
 def test_worker_process_killed_and_node_lost_on_a_cluster(cluster: Any, tmp_path: Path) -> None:
     """Worker faults on a real 3-node cluster: one worker's process is killed, then a whole node is removed.
 

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from distmc.abstract.check import check_bounds
 from distmc.abstract.envs import ContinuousEnv
 from distmc.abstract.faults import FaultModel
-from distmc.abstract.mdp import BoxExpander, check_bounds
+from distmc.abstract.mdp import BoxExpander
 from distmc.abstract.network import Network
 from distmc.abstract.split import Splitter
 from distmc.errors import DistmcError, PolicyError

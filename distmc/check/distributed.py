@@ -24,8 +24,10 @@ taken while the peer computes) into the peer's :class:`Mailbox`; the driver only
 the initial states' values. Since the rows, their order and the reductions are the native checker's, the values
 are the native checker's, bit for bit (``tests/test_distributed_checker.py``).
 
-Why not ``ray.util.collective``: its CPU backend needs ``pygloo``, which has no wheel for this Python (3.11); Ray
-calls through the object store move a worker's boundary at 0.5-1.7 GB/s here, measured in ``benchmarks/RESULTS.md``.
+Why not ``ray.util.collective``: its CPU backend needs ``pygloo``, which PyPI does not have for this platform
+(``pip download pygloo``: no matching distribution). Ray calls through the object store carry a worker's boundary
+well enough: on avoid 14x14 each worker sent 46 MB a step and spent 0.1 s a step sending and 0.1 s waiting, against
+1.2 s in the kernel (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ from typing import Any
 import numpy as np
 
 from distmc.assemble.reducer import label_states
-from distmc.check.kernels import ChunkedCSR, reach_back_from
+from distmc.check.kernels import ChunkedCSR, expand_probabilities, prob_nbytes, reach_back_from
 from distmc.errors import PropertyError, ResourceLimitError, WorkerError
 from distmc.explore.limits import LimitCheck
+from distmc.explore.visited import VisitedSet
 from distmc.model.expr import CompiledExpr
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
@@ -160,10 +163,12 @@ def build_part(
     flags: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
     owner_of_gid: Callable[[np.ndarray], np.ndarray],
     n_initial: int,
+    n_total: int,
     model: Model,
     codec: StateCodec,
     atoms: Mapping[str, CompiledExpr],
     reward_names: list[str],
+    direct: bool | None = None,
 ) -> WorkerPart:
     """A worker's :class:`WorkerPart` from what its exploration kept.
 
@@ -173,16 +178,20 @@ def build_part(
         gids: ``[n]`` global ids of the own states (in any order).
         keys: ``[n]`` their packed keys.
         rows: the kept rows, chunk by chunk: (source global ids ``[r]``, actions ``[r]``, branch counts ``[r]``,
-            target global ids ``[t]``, probabilities ``[t]``), each row's branches merged (sorted by target).
+            target global ids ``[t]`` (int32 or int64), probabilities ``[t]`` (float64, or compact:
+            :func:`~distmc.check.kernels.compact_probabilities`)), each row's branches merged (sorted by target).
             The list is emptied as the chunks are converted (their int64 targets are freed one by one).
         action_rewards: per chunk, name -> ``[r]`` action rewards.
         flags: per expanded batch, (global ids, loop, deadlock).
         owner_of_gid: the owner of the given global ids of other workers' states.
         n_initial: the initial states are global ids ``0 .. n_initial - 1``.
+        n_total: the number of states of the whole model (all global ids are below it).
         model: the model (labels, rewards).
         codec: the packing of ``keys``.
         atoms: the property's atoms.
         reward_names: the property's reward structure (none or one).
+        direct: how targets become columns: a map over every global id (True; fast, ``5 N`` bytes) or hash
+            tables (False; memory by the worker's own share); None: the map when it costs less than the rows.
 
     Raises:
         PropertyError: the own states do not have exactly one row each (an induced MDP).
@@ -198,38 +207,27 @@ def build_part(
                                 "model keeps nondeterminism: use --checker storm")
         rows = _in_slot_order(rows, slots)
     del row_gid, slots, found
-    # the other owners' states the rows point to, and their owners
-    remote_parts = []
-    for r in rows:
-        _, own = _own_slots(gids, r[3])
-        remote_parts.append(np.unique(r[3][~own]))
-    remote = np.unique(np.concatenate(remote_parts)) if remote_parts else np.zeros(0, dtype=np.int64)
-    del remote_parts
+    col_dtype = np.int32 if n_total < 2**31 else np.int64
+    counts = np.concatenate([r[2] for r in rows]) if rows else np.zeros(0, dtype=np.int64)
+    row_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=row_offsets[1:])
+    held = sum(int(r[3].nbytes) + prob_nbytes(r[4]) for r in rows)
+    if direct is None:  # a map over every global id when it costs less than the rows themselves
+        direct = 5 * n_total <= held
+    t_chunks, p_chunks, remote = (_columns_direct if direct else _columns_hashed)(gids, rows, n_total, col_dtype)
     owner = owner_of_gid(remote).astype(np.int64)
     if remote.shape[0] and (owner == rank).any():
         raise AssertionError("a target is neither owned here nor known elsewhere")
     by_owner = np.lexsort((remote, owner))
-    ext = np.empty(remote.shape[0], dtype=np.int64)
-    ext[by_owner] = n + np.arange(remote.shape[0], dtype=np.int64)  # column of each remote gid (gid order)
+    ext = np.empty(remote.shape[0], dtype=col_dtype)
+    ext[by_owner] = n + np.arange(remote.shape[0], dtype=np.int64)  # column of each copy
     recv_off = np.zeros(workers + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner, minlength=workers), out=recv_off[1:])
     n_cols = n + int(remote.shape[0])
-    col_dtype = np.int32 if n_cols < 2**31 else np.int64
-    counts = np.concatenate([r[2] for r in rows]) if rows else np.zeros(0, dtype=np.int64)
-    row_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=row_offsets[1:])
-    t_chunks, p_chunks = [], []
-    rows.reverse()  # pop from the end: each chunk's int64 targets are freed as soon as converted
-    while rows:
-        r = rows.pop()
-        t = r[3]
-        pos, own = _own_slots(gids, t)
-        col = np.where(own, pos, 0)
-        rem = ~own
-        col[rem] = ext[np.searchsorted(remote, t[rem])]
-        t_chunks.append(col.astype(col_dtype))
-        p_chunks.append(r[4])
-        del r, t, pos, own, col, rem
+    for col in t_chunks:  # the copies' provisional numbers (stored as -1 - number) become their columns
+        neg = np.flatnonzero(np.asarray(col) < 0)
+        col[neg] = ext[-1 - col[neg].astype(np.int64)]
+    del ext
     matrix = ChunkedCSR(row_offsets, t_chunks, p_chunks, n_cols)
     # labels and rewards of the own states
     flag_gids = np.concatenate([f[0] for f in flags]) if flags else np.zeros(0, dtype=np.int64)
@@ -247,14 +245,66 @@ def build_part(
                       np.flatnonzero(gids < n_initial))
 
 
+def _columns_direct(gids: np.ndarray, rows: list[tuple[Any, ...]], n_total: int,
+                    col_dtype: type) -> tuple[list[np.ndarray], list[Any], np.ndarray]:
+    """Columns by a map over every global id (``[N]`` int32 and ``[N]`` bool, no more than the rows cost).
+
+    Two passes over the branches: mark the targets, then number the own slots and the copies (provisional
+    numbers in global-id order, stored as ``-1 - number``) and gather each chunk's columns. Empties ``rows``.
+    """
+    n = gids.shape[0]
+    needed = np.zeros(n_total, dtype=bool)
+    for r in rows:
+        needed[r[3]] = True
+    needed[gids] = False
+    remote = np.flatnonzero(needed)
+    del needed
+    col_of: np.ndarray = np.empty(n_total, dtype=col_dtype)
+    col_of[gids] = np.arange(n, dtype=np.int64)
+    col_of[remote] = -1 - np.arange(remote.shape[0], dtype=np.int64)
+    t_chunks, p_chunks = [], []
+    rows.reverse()  # pop from the end: each chunk's global targets are freed as soon as converted
+    while rows:
+        r = rows.pop()
+        t_chunks.append(col_of[r[3]])
+        p_chunks.append(r[4])
+        del r
+    return t_chunks, p_chunks, remote
+
+
+def _columns_hashed(gids: np.ndarray, rows: list[tuple[Any, ...]], n_total: int,
+                    col_dtype: type) -> tuple[list[np.ndarray], list[Any], np.ndarray]:
+    """Columns by hash tables (own gid -> slot; the copies numbered by first occurrence), one pass; empties ``rows``.
+
+    For a worker whose rows are few against the whole model's states (many workers, few branches per state),
+    where a map over every global id would cost more than its rows.
+    """
+    own_table, remote_table = VisitedSet(np.dtype(np.uint64)), VisitedSet(np.dtype(np.uint64))
+    own_table.insert(gids.astype(np.uint64))  # ids = slots (gids are in slot order)
+    t_chunks: list[np.ndarray] = []
+    p_chunks: list[Any] = []
+    rows.reverse()
+    while rows:
+        r = rows.pop()
+        t = r[3].astype(np.uint64)
+        col = own_table.lookup(t)
+        rem = col < 0
+        rid, _ = remote_table.insert(t[rem])
+        col[rem] = -1 - rid
+        t_chunks.append(col.astype(col_dtype))
+        p_chunks.append(r[4])
+        del r, t, col, rem, rid
+    return t_chunks, p_chunks, remote_table.keys_by_id().astype(np.int64)
+
+
 def _in_slot_order(rows: list[tuple[np.ndarray, ...]], slots: np.ndarray) -> list[tuple[np.ndarray, ...]]:
     """The rows as one chunk in slot order (rows restored from a checkpoint out of order; rare, copies them)."""
     order = np.argsort(slots, kind="stable")
     counts = np.concatenate([r[2] for r in rows])
     starts = np.zeros(counts.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
-    t = np.concatenate([r[3] for r in rows])
-    p = np.concatenate([r[4] for r in rows])
+    t = np.concatenate([r[3].astype(np.int64, copy=False) for r in rows])
+    p = np.concatenate([expand_probabilities(r[4]) for r in rows])
     moved = counts[order]
     dest = np.zeros(moved.shape[0] + 1, dtype=np.int64)
     np.cumsum(moved, out=dest[1:])

@@ -14,49 +14,142 @@ bits, ``tests/test_distributed_checker.py``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numba as nb
 import numpy as np
 
-__all__ = ["ChunkedCSR", "reach_back_from"]
+__all__ = ["COMPACT_LIMIT", "ChunkedCSR", "Compact", "compact_probabilities", "expand_probabilities", "prob_nbytes",
+           "reach_back_from"]
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _sweep(row_offsets, first_row, chunk_base, t_list, p_list, x, add, active, fixed, out):  # pragma: no cover
+def _sweep(row_offsets, first_row, chunk_base, t_list, p_list, i_list, x, add, active, fixed, out):  # pragma: no cover
     # out[r] = add[r] + sum_j P[r, j] x[j] (summed in row order) for the active rows, fixed[r] for the others. Chunk c
-    # holds rows first_row[c]:first_row[c + 1], row r's branches at t_list[c][row_offsets[r] - chunk_base[c]:].
+    # holds rows first_row[c]:first_row[c + 1], row r's branches at t_list[c][row_offsets[r] - chunk_base[c]:]; its
+    # probabilities are p_list[c][j], or p_list[c][i_list[c][j]] where the chunk is compact (i_list[c] not empty).
     for c in range(len(t_list)):
         t = t_list[c]
         p = p_list[c]
+        ix = i_list[c]
         b = chunk_base[c]
-        for r in nb.prange(first_row[c], first_row[c + 1]):
-            if active[r]:
-                acc = 0.0
-                for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
-                    acc += p[j] * x[t[j]]
-                out[r] = add[r] + acc
-            else:
-                out[r] = fixed[r]
+        if ix.shape[0] > 0:
+            for r in nb.prange(first_row[c], first_row[c + 1]):
+                if active[r]:
+                    acc = 0.0
+                    for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
+                        acc += p[ix[j]] * x[t[j]]
+                    out[r] = add[r] + acc
+                else:
+                    out[r] = fixed[r]
+        else:
+            for r in nb.prange(first_row[c], first_row[c + 1]):
+                if active[r]:
+                    acc = 0.0
+                    for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
+                        acc += p[j] * x[t[j]]
+                    out[r] = add[r] + acc
+                else:
+                    out[r] = fixed[r]
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _sweep2(row_offsets, first_row, chunk_base, t_list, p_list, lo, add, hi, active, lo_out, hi_out):  # pragma: no cover
+def _sweep2(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, active, lo_out,
+            hi_out):  # pragma: no cover
     # _sweep for two vectors in one pass over the matrix (``add`` to the first only; fixed rows keep their value).
     for c in range(len(t_list)):
         t = t_list[c]
         p = p_list[c]
+        ix = i_list[c]
         b = chunk_base[c]
+        compact = ix.shape[0] > 0
         for r in nb.prange(first_row[c], first_row[c + 1]):
             if active[r]:
                 a_lo = 0.0
                 a_hi = 0.0
-                for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
-                    a_lo += p[j] * lo[t[j]]
-                    a_hi += p[j] * hi[t[j]]
+                if compact:
+                    for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
+                        q = p[ix[j]]
+                        a_lo += q * lo[t[j]]
+                        a_hi += q * hi[t[j]]
+                else:
+                    for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
+                        a_lo += p[j] * lo[t[j]]
+                        a_hi += p[j] * hi[t[j]]
                 lo_out[r] = add[r] + a_lo
                 hi_out[r] = a_hi
             else:
                 lo_out[r] = lo[r]
                 hi_out[r] = hi[r]
+
+
+@nb.njit(cache=True, nogil=True)
+def _distinct(bits, limit, table_bits, idx):  # pragma: no cover - compiled
+    # Number the distinct values of `bits` (float64 bit patterns) by first occurrence into idx; -1 past `limit`.
+    size = 1
+    while size < 4 * limit:
+        size *= 2
+    mask = np.uint64(size - 1)
+    slot_val = np.zeros(size, np.uint64)
+    slot_id = np.full(size, -1, np.int64)
+    n = 0
+    for j in range(bits.shape[0]):
+        k = bits[j]
+        h = ((k ^ (k >> np.uint64(29))) * np.uint64(0xBF58476D1CE4E5B9)) & mask
+        while True:
+            sid = slot_id[h]
+            if sid == -1:
+                if n == limit:
+                    return -1
+                slot_val[h] = k
+                slot_id[h] = n
+                table_bits[n] = k
+                idx[j] = n
+                n += 1
+                break
+            if slot_val[h] == k:
+                idx[j] = sid
+                break
+            h = (h + np.uint64(1)) & mask
+    return n
+
+
+#: A compact chunk of probabilities: (table ``[D]`` float64 of the distinct values, ``[T]`` uint16 index into it).
+Compact = tuple[np.ndarray, np.ndarray]
+
+#: At most this many distinct probabilities in a compact chunk (a uint16 index).
+COMPACT_LIMIT = 1 << 16
+
+
+def compact_probabilities(prob: np.ndarray) -> Compact | np.ndarray:
+    """``prob`` as a table of its distinct values and a uint16 index (2 B a branch, not 8), or itself.
+
+    Exact: the table holds the values' own bits. A chunk with more than :data:`COMPACT_LIMIT` distinct values, or
+    more than one for every 8 branches (a trained network's probabilities differ from state to state), stays as
+    it is. The rows of a policy-induced model are products of a few policy and model probabilities, so
+    a chunk of a million branches typically has a few hundred (``benchmarks/RESULTS.md``).
+    """
+    bits = np.ascontiguousarray(prob, dtype=np.float64).view(np.uint64)
+    # worth it only with few distinct values: a trained network's probabilities differ from state to state
+    table = np.empty(min(COMPACT_LIMIT, max(bits.shape[0] // 8, 1)), dtype=np.uint64)
+    idx = np.empty(bits.shape[0], dtype=np.uint16)
+    n = _distinct(bits, table.shape[0], table, idx)
+    if n < 0:
+        return prob
+    return table[:n].copy().view(np.float64), idx
+
+
+def expand_probabilities(prob: Compact | np.ndarray) -> np.ndarray:
+    """The ``[T]`` float64 probabilities of a chunk, compact or not."""
+    if isinstance(prob, tuple):
+        table, idx = prob
+        return table[idx]
+    return prob
+
+
+def prob_nbytes(prob: Compact | np.ndarray) -> int:
+    """Bytes a chunk of probabilities holds."""
+    return int(sum(a.nbytes for a in prob)) if isinstance(prob, tuple) else int(prob.nbytes)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -118,19 +211,26 @@ class ChunkedCSR:
     Args:
         row_offsets: ``[R + 1]`` int64 branch offsets over all chunks.
         target_chunks: column indices (int32 or int64), chunks of whole rows, ``sum = row_offsets[-1]`` entries.
-        prob_chunks: float64 probabilities, chunked like ``target_chunks``.
+        prob_chunks: float64 probabilities, chunked like ``target_chunks``, or compact chunks
+            (:func:`compact_probabilities`).
         n_cols: ``C``, the length of the vectors the rows are multiplied with (columns ``0..C-1``; ``C >= R``).
     """
 
-    def __init__(self, row_offsets: np.ndarray, target_chunks: list[np.ndarray], prob_chunks: list[np.ndarray],
-                 n_cols: int) -> None:
+    def __init__(self, row_offsets: np.ndarray, target_chunks: Sequence[np.ndarray],
+                 prob_chunks: Sequence[Compact | np.ndarray], n_cols: int) -> None:
         self.row_offsets = row_offsets
-        self.t_list, self.p_list = nb.typed.List(), nb.typed.List()
+        self.t_list, self.p_list, self.i_list = nb.typed.List(), nb.typed.List(), nb.typed.List()
         n_chunks = len(target_chunks)
         bases = np.zeros(n_chunks + 1, dtype=np.int64)
+        no_index = np.zeros(0, dtype=np.uint16)
         for i, (t, p) in enumerate(zip(target_chunks, prob_chunks, strict=True)):
             self.t_list.append(t)
-            self.p_list.append(p)
+            if isinstance(p, tuple):  # compact: a table and an index
+                self.p_list.append(p[0])
+                self.i_list.append(p[1])
+            else:
+                self.p_list.append(p)
+                self.i_list.append(no_index)
             bases[i + 1] = bases[i] + t.shape[0]
         if bases[-1] != row_offsets[-1]:
             raise AssertionError("the chunks do not hold every transition")
@@ -140,6 +240,7 @@ class ChunkedCSR:
         if n_chunks == 0:  # numba cannot type an empty list: one empty chunk
             self.t_list.append(np.zeros(0, dtype=np.int64))
             self.p_list.append(np.zeros(0))
+            self.i_list.append(no_index)
             self.chunk_base = np.zeros(1, dtype=np.int64)
             bases = np.zeros(2, dtype=np.int64)
         # Chunks hold whole rows, and every row of an induced DTMC has a branch: chunk c starts at the row whose
@@ -153,18 +254,19 @@ class ChunkedCSR:
     @property
     def nbytes(self) -> int:
         """Bytes of the rows (offsets, columns, probabilities)."""
-        return int(self.row_offsets.nbytes + sum(t.nbytes for t in self.t_list) + sum(p.nbytes for p in self.p_list))
+        return int(self.row_offsets.nbytes + sum(t.nbytes for t in self.t_list) + sum(p.nbytes for p in self.p_list)
+                   + sum(i.nbytes for i in self.i_list))
 
     def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
         """``out[r] = add[r] + P[r] . x`` on the active rows, ``fixed[r]`` on the others (``x`` is ``[C]``)."""
-        _sweep(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, x, add, active, fixed,
-               out)
+        _sweep(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, self.i_list, x, add, active,
+               fixed, out)
 
     def sweep2(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
                hi_out: np.ndarray) -> None:
         """:meth:`sweep` of two vectors in one pass (``add`` to ``lo`` only; inactive rows keep their values)."""
-        _sweep2(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, lo, add, hi, active,
-                lo_out, hi_out)
+        _sweep2(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, self.i_list, lo, add, hi,
+                active, lo_out, hi_out)
 
     def transpose(self) -> tuple[np.ndarray, np.ndarray]:
         """Predecessor lists: ``sources[in_off[c]:in_off[c + 1]]`` are the rows with a branch to column ``c``.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from distmc.errors import DistmcError, ResourceLimitError
 
-__all__ = ["LimitCheck", "Limits", "parse_duration", "parse_memory", "rss_bytes"]
+__all__ = ["LimitCheck", "Limits", "parse_duration", "parse_memory", "peak_rss_bytes", "reset_peak_rss", "rss_bytes"]
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
           "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
@@ -61,6 +61,31 @@ def rss_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def peak_rss_bytes() -> int:
+    """This process's resident-set peak in bytes (``VmHWM``; ``ru_maxrss`` where ``/proc`` is missing).
+
+    Not ``ru_maxrss`` on Linux: it survives ``exec``, so a process started by a large one (a benchmark script,
+    a notebook) would report its parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def reset_peak_rss() -> None:
+    """Start this process's resident-set peak afresh (Linux; a kept Ray worker, so its peak is its run's)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # pragma: no cover - not Linux, or not allowed: the peak then counts earlier runs too
+        pass
 
 
 def available_bytes() -> int:

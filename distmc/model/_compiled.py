@@ -27,16 +27,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from distmc.model.expansion import PROB_TOLERANCE, Expansion
 from distmc.model.expr import Tree
 
-if TYPE_CHECKING:
-    from distmc.model.kernel import Expansion, Kernel
-
 __all__ = ["CompiledKernel", "compiled_kernel_available"]
+
+
+class Kernel(Protocol):
+    """What this module reads of :class:`distmc.model.kernel.Kernel` (which imports this module, not the reverse)."""
+
+    model: Any
+    codec: Any
+    commands: Any
+    action_id: Any
+    unlabelled: Any
+    sync_groups: Any
+    lo: Any
+    hi: Any
+    _conflicts: Any
 
 #: States per parallel work item.
 CHUNK = 1024
@@ -406,7 +418,6 @@ class CompiledKernel:
 
     def __init__(self, kernel: Kernel) -> None:
         assert compiled_kernel_available(kernel)
-        from distmc.model.kernel import PROB_TOLERANCE
 
         self.kernel = kernel
         model = kernel.model
@@ -517,8 +528,6 @@ class CompiledKernel:
 
     def expand(self, states: np.ndarray, keys: np.ndarray) -> Expansion | None:
         """Expansion of ``states`` ``[B, V]`` int64 with packed ``keys`` ``[B]``; None if a check failed."""
-        from distmc.model.kernel import Expansion
-
         c = self.count(states, keys)
         if c is None:
             return None

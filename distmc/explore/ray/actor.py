@@ -6,22 +6,37 @@ See :mod:`distmc.explore.ray` for the protocol of one level, :mod:`distmc.check.
 from __future__ import annotations
 
 import os
-import resource
 import time
 from typing import Any
 
 import numpy as np
 
 from distmc.assemble.reducer import merge_csr_rows
+from distmc.check.kernels import compact_probabilities, expand_probabilities, prob_nbytes
 from distmc.errors import ResourceLimitError
 from distmc.explore.checkpoint import file_digest, write_level
 from distmc.explore.expander import policy_counters
-from distmc.explore.limits import LimitCheck, Limits, rss_bytes
+from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
 from distmc.explore.ray.exchange import OCC_SHIFT, _at_least, _first_occurrences, _from_arrow, _to_arrow, owner_of
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
 
 __all__ = ["PartitionActor"]
+
+def _compact(target: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, Any]:
+    """A kept row chunk's branches as the actor holds them until the end: 4 + 2 B a branch where it may.
+
+    Targets are global ids: int32 while they fit. Probabilities: :func:`~distmc.check.kernels.compact_probabilities`.
+    """
+    if target.shape[0] and int(target.max()) < 2**31:
+        target = target.astype(np.int32)
+    return target, compact_probabilities(prob)
+
+
+def _expanded(row: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
+    """A kept row chunk with int64 targets and float64 probabilities (for the files and the driver)."""
+    return (*row[:3], row[3].astype(np.int64, copy=False), expand_probabilities(row[4]))
+
 
 def _job_stamp(job: Any) -> tuple[Any, ...] | None:
     """What makes a job's parts reusable: the job and its files' contents (SHA-256; None: never reuse)."""
@@ -54,6 +69,7 @@ class PartitionActor:
         ``server``: a :class:`~distmc.explore.policy_server.PolicyServer` (handle, description) that evaluates the
         policy for this worker, which then loads none.
         """
+        reset_peak_rss()  # the worker's peak in the report is this run's (a kept actor ran others before)
         stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server
         built = self.__dict__.get("built")
         if stamp is not None and built is not None and built[0] == stamp:
@@ -207,6 +223,8 @@ class PartitionActor:
         the rows as they come, read-only in Ray's object store, instead of merging them into a copy.
         """
         offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob)
+        if self.keep_rows:  # held until the end: compact (int32 targets, a table of the distinct probabilities)
+            target, prob = _compact(target, prob)
         self.rows.append((gids[rows.row_state], rows.row_action, np.diff(offsets), target, prob))
         self.rewards.append(rows.rewards)
         self.flags.append((gids, rows.terminal | rows.deadlock, rows.deadlock))
@@ -325,7 +343,7 @@ class PartitionActor:
             r, f = self.written  # the rows and flags of earlier levels (kept for a distributed check) are written
             self.stats["checkpoint_bytes"] += write_level(
                 self.checkpoint_dir, level, self.rank, self.codec.dtype, (self.new_keys, self.frontier[0]),
-                self.rows[r:], self.rewards[r:], self.flags[f:], self.parts.reward_names)
+                [_expanded(x) for x in self.rows[r:]], self.rewards[r:], self.flags[f:], self.parts.reward_names)
             if self.keep_rows:  # every level's rows go to disk, and stay here for a distributed check
                 self.written = (len(self.rows), len(self.flags))
             else:
@@ -349,7 +367,7 @@ class PartitionActor:
         return out
 
     def _row_bytes(self) -> int:
-        return (sum(sum(int(a.nbytes) for a in r) for r in self.rows)
+        return (sum(sum(int(a.nbytes) for a in r[:4]) + prob_nbytes(r[4]) for r in self.rows)
                 + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards))
 
     def _rows_out(self) -> dict[str, Any]:
@@ -360,8 +378,8 @@ class PartitionActor:
             "counts": cat([r[2] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
             # the branches stay in the batches' chunks: no copy here, and none in the driver when it can hand
             # them on as they are (see gather)
-            "targets": [r[3] for r in self.rows],
-            "prob": [r[4] for r in self.rows],
+            "targets": [r[3].astype(np.int64, copy=False) for r in self.rows],
+            "prob": [expand_probabilities(r[4]) for r in self.rows],
             "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
             "rewards": {n: cat([r[n] for r in self.rewards]) for n in (self.rewards[0] if self.rewards else {})},
         }
@@ -377,7 +395,7 @@ class PartitionActor:
             row_bytes=self.shipped_bytes + self._row_bytes() + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
             rss=rss_bytes(),
             policy_s=policy_counters(self.expander)[1] - self.policy_s0,
-            peak_rss=int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
+            peak_rss=peak_rss_bytes(),
         )
         if not rows:
             return {"stats": dict(self.stats)}
@@ -404,7 +422,7 @@ class PartitionActor:
             pos = np.minimum(np.searchsorted(own, rows[0]), max(own.shape[0] - 1, 0))
             mine = own[pos] == rows[0] if own.shape[0] else np.zeros(rows[0].shape[0], dtype=bool)
             branch = np.repeat(mine, rows[2])
-            self.rows.append((rows[0][mine], rows[1][mine], rows[2][mine], rows[3][branch], rows[4][branch]))
+            self.rows.append((rows[0][mine], rows[1][mine], rows[2][mine], *_compact(rows[3][branch], rows[4][branch])))
             self.rewards.append({k: v[mine] for k, v in rewards.items()})
             fpos = np.minimum(np.searchsorted(own, flags[0]), max(own.shape[0] - 1, 0))
             fmine = own[fpos] == flags[0] if own.shape[0] else np.zeros(flags[0].shape[0], dtype=bool)
@@ -414,7 +432,7 @@ class PartitionActor:
 
     # -- the distributed check (distmc.check.distributed) --------------------------------------------------------
 
-    def check_plan(self, n_initial: int) -> Any:
+    def check_plan(self, n_initial: int, n_total: int) -> Any:
         """Turn the kept rows into this worker's part of the induced DTMC; per owner, the global ids it needs.
 
         The exploration's structures (visited set, key cache, row chunks) are freed here: the part holds what
@@ -447,7 +465,7 @@ class PartitionActor:
         self.visited = self.cache = self.seen = VisitedSet(self.codec.dtype)
         self.gids = self.cache_gids = self.known = np.zeros(0, dtype=np.int64)
         self.part = build_part(self.rank, self.workers, gids, keys, rows, rewards, flags, owner_of_gid, n_initial,
-                               parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
+                               n_total, parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
         del rows, rewards, flags, gids, keys
         self.stats["check_build_s"] = time.perf_counter() - t
         self.stats["check_bytes"] = self.part.nbytes()
@@ -475,7 +493,7 @@ class PartitionActor:
             self.stats["check_s"] = time.perf_counter() - t
         self.values = (values, lower, upper)
         init = self.part.initial
-        self.stats["peak_rss"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        self.stats["peak_rss"] = peak_rss_bytes()
         self.stats["rss"] = rss_bytes()
         return {"gids": self.part.gids[init], "value": values[init], "lower": lower[init], "upper": upper[init],
                 "stats": dict(self.stats)}

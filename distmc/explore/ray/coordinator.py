@@ -526,7 +526,7 @@ class _RayRun:
         t0 = time.perf_counter()
         self.checking = True
         try:
-            plans = [a.check_plan.options(num_returns=w).remote(self.n_initial) for a in actors]
+            plans = [a.check_plan.options(num_returns=w).remote(self.n_initial, self.n) for a in actors]
             plans = [p if isinstance(p, list) else [p] for p in plans]
             self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)]) for o, a in enumerate(actors)])
             del plans
