@@ -344,7 +344,7 @@ def verify(
         export(induced, export_path)
     if used == "native":
         clock.start("checking", "distmc's native value iteration")
-        result = check_native(induced, spec)
+        result = check_native(induced, spec, progress=clock.detail)
     else:
         clock.start("handing to Storm")
         storm_model = to_storm(induced, release=not keep_model)

@@ -51,6 +51,7 @@ class LiveProgress:
         self.enabled = enabled and self.console.is_terminal
         self.live: Live | None = None
         self.last: dict[str, float] | None = None  # the last level's figures
+        self.line: _PhaseLine | None = None  # the phase shown, once the exploration is over
 
     def __enter__(self) -> LiveProgress:
         if self.enabled:
@@ -79,14 +80,24 @@ class LiveProgress:
         return line
 
     def __call__(self, info: dict[str, float]) -> None:
-        self.last = info
+        if "depth" in info:
+            self.last = info
         if self.live is not None:
+            self.line = None
             self.live.update(Text(self.render(info)))
 
     def phase(self, name: str, detail: str = "") -> None:
-        """Show the phase that runs now (after exploration: assembling, handing to Storm, checking)."""
-        if self.live is not None and name != "exploring":
-            self.live.update(_PhaseLine(name, detail, self.last))
+        """Show the phase that runs now (after exploration: assembling, handing to Storm, checking).
+
+        Called again for the same phase (a checker's step or gap), it changes the detail and keeps the seconds.
+        """
+        if self.live is None or name == "exploring":
+            return
+        if self.line is not None and self.line.name == name:
+            self.line.set(detail)  # drawn at the next refresh
+        else:
+            self.line = _PhaseLine(name, detail, self.last)
+            self.live.update(self.line)
 
 
 class _PhaseLine:
@@ -96,10 +107,14 @@ class _PhaseLine:
     """
 
     def __init__(self, name: str, detail: str, last: dict[str, float] | None) -> None:
-        self.text = name + (f" ({detail})" if detail else "")
-        if last is not None:
-            self.text += f" | {_si(last['states'])} states, {_si(last['transitions'])} transitions"
+        self.name = name
+        self.size = "" if last is None else f" | {_si(last['states'])} states, {_si(last['transitions'])} transitions"
         self.since = time.perf_counter()
+        self.set(detail)
+
+    def set(self, detail: str) -> None:
+        """Show ``detail`` (``"sound value iteration: gap 3.1e-07"``; one that starts with the phase's name alone)."""
+        self.text = (detail if detail.startswith(self.name) else f"{self.name} ({detail})") if detail else self.name
 
     def __rich__(self) -> Text:
-        return Text(f"{self.text} | {time.perf_counter() - self.since:.1f} s")
+        return Text(f"{self.text}{self.size} | {time.perf_counter() - self.since:.1f} s")

@@ -253,8 +253,15 @@ def test_native_check_has_no_handoff() -> None:
     seen: list[tuple[str, str]] = []
     r = verify(_example_path("example"), 'P=? [F "crash"]', constants="N=3", checker="native",
                phases=lambda n, d: seen.append((n, d)))
-    assert seen[-1] == ("checking", "distmc's native value iteration") and "handing to Storm" not in dict(seen)
+    assert ("checking", "distmc's native value iteration") in seen and "handing to Storm" not in dict(seen)
     assert r.timings["handoff_s"] == 0.0 and "hand-off" not in r.summary()  # type: ignore[union-attr]
+    # the checker's own steps reach the listener as details of the checking phase
+    assert any(n == "checking" and d.startswith("sound value iteration: gap ") for n, d in seen), seen
+    seen.clear()
+    verify(_example_path("example"), 'P=? [F<=5 "crash"]', constants="N=3", checker="native",
+           phases=lambda n, d: seen.append((n, d)))
+    steps = [d for n, d in seen if n == "checking" and d.startswith("checking: step")]
+    assert steps and set(steps) <= {f"checking: step {i}/5" for i in range(1, 6)} and steps == sorted(steps)
 
 
 def test_live_line_names_the_phase() -> None:
@@ -274,6 +281,14 @@ def test_live_line_names_the_phase() -> None:
         live.phase("checking", "Storm")
         live.live.refresh()
         assert "checking (Storm) | 1.50k states" in buf.getvalue()
+        line = live.line
+        live.phase("checking", "sound value iteration: gap 3.0e-07")  # the same phase: a new detail, same clock
+        assert live.line is line
+        live.live.refresh()
+        assert "checking (sound value iteration: gap 3.0e-07) | 1.50k states" in buf.getvalue()
+        live.phase("checking", "checking: step 41/100")
+        live.live.refresh()
+        assert "checking: step 41/100 | 1.50k states" in buf.getvalue()
 
 
 def test_readme_script_finds_every_command_and_checks_values() -> None:

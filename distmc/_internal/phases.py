@@ -53,6 +53,11 @@ class PhaseClock:
         if self.listener is not None:
             self.listener(name, detail)
 
+    def detail(self, text: str) -> None:
+        """Tell the listener how the running phase is getting on (a checker's step or gap); not logged, not timed."""
+        if self.listener is not None and self._name is not None:
+            self.listener(self._name, text)
+
     def _end(self, now: float) -> None:
         if self._name is not None:
             took = now - self._since
