@@ -109,12 +109,21 @@ def train(steps: int = STEPS, seed: int = SEED) -> tuple[GridPolicy, float]:
 
 
 def _relative_sources(debug_pkl: bytes) -> bytes:
-    """A TorchScript debug record with this file's absolute path replaced by its path in the repository."""
+    """A TorchScript debug record with the absolute paths it names made relative: this file's, torch's sources'."""
     record = pickle.loads(debug_pkl)
     if not (isinstance(record, tuple) and record and record[0] == "FORMAT_WITH_STRING_TABLE"):
         return debug_pkl
     here = str(Path(__file__).resolve())
-    table = tuple("distmc/examples/make_policy.py" if s == here else s for s in record[1])
+    torch_root = str(Path(torch.__file__).resolve().parent.parent) + "/"  # site-packages of wherever torch is
+
+    def stable(s: object) -> object:
+        if s == here:
+            return "distmc/examples/make_policy.py"
+        if isinstance(s, str) and s.startswith(torch_root):
+            return s[len(torch_root):]  # "torch/nn/modules/linear.py": not the venv's path
+        return s
+
+    table = tuple(stable(s) for s in record[1])
     return pickle.dumps((record[0], table, *record[2:]), protocol=2)
 
 
