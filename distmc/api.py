@@ -14,10 +14,11 @@ import numpy as np
 
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
-from distmc.check.checker import DTMC_PRECISION, check
-from distmc.check.native import at_initial, check_native, unsupported
+from distmc.check.checker import DTMC_PRECISION, check, check_values
+from distmc.check.native import LocalEngine, at_initial, check_native, matrix_of, unsupported, values_of
 from distmc.check.properties import PropertySpec
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
+from distmc.explain.report import Explain, summary_lines
 from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, peak_rss_bytes, rss_bytes
 from distmc.explore.local import explore_local
@@ -156,9 +157,18 @@ class Report:
     checker: str = "storm"  # "storm", "native" (distmc's value iteration, :mod:`distmc.check.native`) or "distributed"
     # resident-set peaks in bytes: this process, and each Ray worker (none in-process)
     memory: dict[str, object] = field(default_factory=lambda: {"driver_peak_bytes": 0, "worker_peak_bytes": []})
+    # --traces K: the K most probable paths to the target, [{"probability", "path": [{"state", "action", "pi",
+    # "p"}, ...]}], and their summed probability; --values/--plot: the states most at risk (None: not asked)
+    traces: list[dict] | None = None
+    traces_mass: float | None = None
+    riskiest_states: list[dict] | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        d = asdict(self)
+        for name in ("traces", "traces_mass", "riskiest_states"):
+            if d[name] is None:
+                del d[name]
+        return json.dumps(d, indent=2)
 
     def summary(self) -> str:
         r = self.result
@@ -171,6 +181,8 @@ class Report:
             f"  time: explore {t['explore_s']:.3f} s, assemble {t['assemble_s']:.3f} s, "
             f"check {t['check_s']:.3f} s, total {t['total_s']:.3f} s"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
+            + "".join(f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states,
+                                                               self.result))
         )
 
 
@@ -200,6 +212,10 @@ def verify(
     keep_model: bool = False,
     trust_policy: bool = False,
     checker: str = "auto",
+    traces: int = 0,
+    values: str | Path | None = None,
+    plot: str | Path | None = None,
+    plot_vars: str | None = None,
 ) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
@@ -238,6 +254,12 @@ def verify(
         checker: ``storm`` (the reference), ``native`` (distmc's own check of reachability probabilities on
             DTMCs, :mod:`distmc.check.native`) or ``auto``: Storm unless it would not fit in memory
             (``max_memory``, else the machine's available memory) and the native checker can check the property.
+        traces: also find the K most probable paths to the target of a reachability property
+            (:mod:`distmc.explain.traces`; ``Report.traces``, ``Report.traces_mass``).
+        values: also write the property's value in every state to this Parquet file
+            (:mod:`distmc.explain.values`); ``Report.riskiest_states`` lists the 5 states most at risk.
+        plot: also draw the values as a heatmap over two variables into this image (:mod:`distmc.explain.plot`).
+        plot_vars: the heatmap's variables, ``"x,y"`` (default: the first two int variables).
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP
@@ -284,10 +306,16 @@ def verify(
                           "--checker storm or native, which gather it into this process")
     parts = job.build(explorer=driver == "local")
     model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
+    explain = Explain(traces, values, plot, plot_vars)
+    explain.validate(parts)
     if checkpoint_dir is not None and ckpt is None:
         ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names)
     t1 = time.perf_counter()
-    rows_stay = driver == "ray" and checker in ("auto", "distributed") and export_path is None and not keep_model
+    if checker == "distributed" and explain.active:
+        raise DistmcError("--traces, --values and --plot work on the model gathered to this process: use "
+                          "--checker auto, storm or native with them")
+    rows_stay = (driver == "ray" and checker in ("auto", "distributed") and export_path is None and not keep_model
+                 and not explain.active)
     bounds = None
     if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
@@ -322,19 +350,35 @@ def verify(
             ray_rows.close(ok)
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
+    explain_s = 0.0
+    if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
+        te = time.perf_counter()
+        explain.before_check(induced, parts, job)
+        explain_s = time.perf_counter() - te
     used = _choose_checker(checker if checker != "auto" or driver == "local" else "storm", limits, induced, spec,
                            int(explored.stats.get("depth", 0)), release=not keep_model)
     if export_path is not None:
         export(induced, export_path)
+    vectors: dict = {}
     if used == "native":
         t3 = time.perf_counter()
-        result = check_native(induced, spec)
+        if explain.wants_values:
+            vectors = {"value": values_of(LocalEngine(matrix_of(induced)), induced, spec)[0]}
+            result = at_initial(vectors["value"], induced.initial)
+        else:
+            result = check_native(induced, spec)
     else:
         storm_model = to_storm(induced, release=not keep_model)
         t3 = time.perf_counter()
-        result = check(storm_model, spec, induced.kind, induced.initial)
+        if explain.wants_values:
+            result, vectors = check_values(storm_model, spec, induced.kind, induced.initial)
+        else:
+            result = check(storm_model, spec, induced.kind, induced.initial)
     t4 = time.perf_counter()
     del bounds
+    if explain.wants_values:
+        explain.after_check(induced, parts, vectors,
+                            f"{job.prop} on {Path(job.model_path).name}, policy {_policy_name(parts, policy)}")
     report = Report(
         result=result,
         states=induced.n_states,
@@ -356,12 +400,16 @@ def verify(
         checker=used,
         memory={"driver_peak_bytes": peak_rss_bytes(),
                 "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in explored.worker_stats]},
+        traces=explain.found,
+        traces_mass=explain.mass,
+        riskiest_states=explain.at_risk,
         timings={
             "parse_s": t1 - t0,
             "explore_s": t2 - t1,
             **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT},
-            "assemble_s": t3 - t2,
+            "assemble_s": t3 - t2 - explain_s,
             "check_s": t4 - t3,
+            **explain.timings,
             "total_s": time.perf_counter() - t0,
         },
     )
