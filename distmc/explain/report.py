@@ -1,5 +1,4 @@
-"""What ``--traces``, ``--values`` and ``--plot`` add to a run: the glue between :func:`distmc.api.verify` and
-the parts of :mod:`distmc.explain`.
+"""What ``--traces``, ``--values`` and ``--plot`` add to a run (between :func:`distmc.api.verify` and the rest).
 
 :class:`Explain` holds the options and is checked before anything is explored (a property traces cannot explain,
 a missing matplotlib, unknown plot variables fail at once); :meth:`Explain.before_check` runs on the assembled
