@@ -19,8 +19,9 @@ shortest walks under the weight ``-log p``. They are found exactly, not sampled:
 
 Ties (equal weights) leave the queue last-in first-out, which goes depth first and lists the smaller state id
 first; the order is a function of the induced model alone, and the model is the same, state for state, for any
-number of workers, so the traces are too. Cost: one pass over the transitions for the transposed graph (4 bytes
-each), Dijkstra (O(T log N)), then O(K L d log) for K traces of L steps and d successors per state.
+number of workers, so the traces are too. Cost: two passes over the transitions for the transposed graph (4 bytes
+each, and 8 for its probabilities while Dijkstra runs), Dijkstra (O(T log N)), then O(K L d log) for K traces of L
+steps and d successors per state.
 
 The induced model's row of a state fuses its actions (``sum_a pi(a|s) P(s,a,.)``), so which action a step took is
 not in it. :func:`annotate` expands the traces' states again with the run's kernel and policy (a few hundred
@@ -167,8 +168,26 @@ def _pop(heap, pos, key, size, lifo):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
-def _distance_to_target(in_off, sources, row_offsets, first_row, chunk_base, t_list, p_list, i_list, interior,
-                        target):  # pragma: no cover - compiled
+def _in_probs(in_off, row_offsets, first_row, chunk_base, t_list, p_list, i_list):  # pragma: no cover - compiled
+    # the probability of every predecessor entry of ChunkedCSR.transpose (filled in its order: chunks, rows,
+    # branches), so that Dijkstra reads P[u, v] beside u instead of searching u's row
+    fill = in_off[:-1].copy()
+    out = np.empty(in_off[-1], np.float64)
+    for c in range(len(t_list)):
+        t = t_list[c]
+        p = p_list[c]
+        ix = i_list[c]
+        b = chunk_base[c]
+        for r in range(first_row[c], first_row[c + 1]):
+            for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
+                v = t[j]
+                out[fill[v]] = _branch(p, ix, j)
+                fill[v] += 1
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _distance_to_target(in_off, sources, in_prob, interior, target):  # pragma: no cover - compiled
     # Dijkstra backwards: h[s] = least sum of -log p from s to a target state through interior states.
     n = interior.shape[0]
     h = np.full(n, np.inf)
@@ -187,9 +206,9 @@ def _distance_to_target(in_off, sources, row_offsets, first_row, chunk_base, t_l
         pos[v] = -2
         for k in range(in_off[v], in_off[v + 1]):
             u = sources[k]
-            if u == v or not interior[u] or pos[u] == -2:
+            if u == v or not interior[u] or h[u] <= h[v]:  # settled, or no shorter through v (weights >= 0)
                 continue
-            d = h[v] - np.log(_prob(row_offsets, first_row, chunk_base, t_list, p_list, i_list, u, v))
+            d = h[v] - np.log(in_prob[k])
             if d < h[u]:
                 h[u] = d
                 if pos[u] == -1:
@@ -307,8 +326,9 @@ def most_probable_paths(m: InducedModel, spec: PropertySpec, k: int, *,
     interior = np.ascontiguousarray(phi1 & ~phi2, dtype=bool)
     a = matrix_of(m)
     in_off, sources = a.transpose()
-    h = _distance_to_target(in_off, sources, a.row_offsets, a.first_row, a.chunk_base, a.t_list, a.p_list, a.i_list,
-                            interior, target)
+    in_prob = _in_probs(in_off, a.row_offsets, a.first_row, a.chunk_base, a.t_list, a.p_list, a.i_list)
+    h = _distance_to_target(in_off, sources, in_prob, interior, target)
+    del in_prob
     if bound is not None:
         hops = _hops_to_target(in_off, sources, interior, target, _NO_HOPS)
     else:
