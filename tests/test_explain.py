@@ -236,6 +236,8 @@ def test_plot_vars_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "q is not a variable" in capsys.readouterr().err
     assert main([*base, "--plot-vars", "x,y"]) == 1
     assert "give --plot too" in capsys.readouterr().err
+    assert main([*base, "--traces", "2", "--checker", "distributed", "--workers", "2"]) == 1
+    assert "gathered to this process" in capsys.readouterr().err
 
 
 # -- values -------------------------------------------------------------------------------------------------------
