@@ -126,19 +126,23 @@ def _before(key, a, b, lifo):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
+def _put(heap, pos, i, item):  # pragma: no cover - compiled
+    # heap slot i holds item (pos, when not empty, tracks each item's slot: Dijkstra's decrease-key)
+    heap[i] = item
+    if pos.shape[0]:
+        pos[item] = i
+
+
+@nb.njit(cache=True, nogil=True)
 def _sift_up(heap, pos, key, i, lifo):  # pragma: no cover - compiled
     item = heap[i]
     while i > 0:
         parent = (i - 1) // 2
         if not _before(key, item, heap[parent], lifo):
             break
-        heap[i] = heap[parent]
-        if pos.shape[0]:
-            pos[heap[i]] = i
+        _put(heap, pos, i, heap[parent])
         i = parent
-    heap[i] = item
-    if pos.shape[0]:
-        pos[item] = i
+    _put(heap, pos, i, item)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -157,13 +161,9 @@ def _pop(heap, pos, key, size, lifo):  # pragma: no cover - compiled
                 child += 1
             if not _before(key, heap[child], item, lifo):
                 break
-            heap[i] = heap[child]
-            if pos.shape[0]:
-                pos[heap[i]] = i
+            _put(heap, pos, i, heap[child])
             i = child
-        heap[i] = item
-        if pos.shape[0]:
-            pos[item] = i
+        _put(heap, pos, i, item)
     return top
 
 
