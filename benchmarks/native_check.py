@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for c, r in res.items():
         t = r["timings"]
-        print(f"| {c} | {r['value']!r} | {t['explore_s']:.2f} | {t['assemble_s']:.2f} | {t['check_s']:.2f} | "
+        print(f"| {c} | {r['value']!r} | {t['explore_s']:.2f} | {t['assemble_s'] + t.get('handoff_s', 0.0):.2f} | {t['check_s']:.2f} | "
               f"{t['total_s']:.2f} | {r['peak_mb']:.0f} |")
     if len(res) == 2:
         sv, nv = res["storm"]["value"], res["native"]["value"]

@@ -153,7 +153,7 @@ def child_profile(t: dict[str, Any]) -> dict[str, Any]:
     tm = r.timings
     return {"seconds": tm["total_s"], "result": _value(r.result), "states": r.states,
             "build_s": tm["parse_s"], "calibrate_s": spent["calibrate_s"], "explore_s": tm["explore_s"],
-            "forward_s": tm.get("policy_s", 0.0), "assemble_s": tm["assemble_s"], "check_s": tm["check_s"],
+            "forward_s": tm.get("policy_s", 0.0), "assemble_s": tm["assemble_s"] + tm.get("handoff_s", 0.0), "check_s": tm["check_s"],
             "policy_states": r.policy_states, "forward_passes": r.policy_calls}
 
 

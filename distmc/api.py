@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
 from distmc.check.checker import DTMC_PRECISION, check, check_values
@@ -132,6 +132,14 @@ def _resumed_job(saved: Job, given: Job, model_path: object, prop: object) -> Jo
     return saved
 
 
+def _time_line(t: dict[str, float]) -> str:
+    """The summary's ``time:`` line: every phase that took time, in order, then the total they add up to."""
+    parts = [(PHASES[name], t.get(f"{PHASES[name]}_s")) for name in PHASES]
+    shown = ", ".join(f"{'hand-off' if k == 'handoff' else k} {v:.3f} s" for k, v in parts
+                      if v is not None and (v > 0 or k in ("explore", "check")))
+    return f"{shown}, total {t['total_s']:.3f} s"
+
+
 @dataclass
 class Report:
     """What a run found (``--json`` writes it)."""
@@ -178,8 +186,7 @@ class Report:
             f"{self.property}  =  {res}\n"
             f"  model {self.model} ({self.mode}, policy {self.policy}); induced {self.induced}: "
             f"{self.states} states, {self.transitions} transitions, {self.choices} rows, depth {self.depth}\n"
-            f"  time: explore {t['explore_s']:.3f} s, assemble {t['assemble_s']:.3f} s, "
-            f"check {t['check_s']:.3f} s, total {t['total_s']:.3f} s"
+            f"  time: {_time_line(t)}"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
             + "".join(f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states,
                                                                self.result))
@@ -205,6 +212,7 @@ def verify(
     checkpoint_dir: str | Path | None = None,
     resume: str | Path | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
+    phases: Callable[[str, str], None] | None = None,
     gpus_per_worker: float | None = None,
     threads_per_worker: int | None = None,
     policy_servers: int = 0,
@@ -242,6 +250,9 @@ def verify(
         resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
             arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.
         progress: called after every explored level with a dict (depth, states, frontier, transitions, ...).
+        phases: called with a phase's name (``parsing``, ``exploring``, ``assembling``, ``exporting``,
+            ``handing to Storm``, ``checking``) and a detail when it starts (:mod:`distmc._internal.phases`; the
+            live line shows it, ``--log-level info`` logs each phase's start and end).
         gpus_per_worker: Ray driver: the GPU share each worker asks for (None: the cluster's GPUs split evenly
             over the workers, at most one each; 0: policies on the CPU).
         threads_per_worker: Ray driver: the compiled kernels' threads in each worker (None: the cluster's CPUs
@@ -279,7 +290,8 @@ def verify(
     if resume is None and (model_path is None or prop is None):
         raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
     limits = Limits(max_states, parse_memory(max_memory), parse_duration(timeout))
-    t0 = time.perf_counter()
+    clock = PhaseClock(phases)
+    clock.start("parsing")
     job = Job(str(model_path), str(prop), _const_text(constants), policy, None if interface is None else str(interface),
               mode, threshold, resolve, trust_policy)
     ckpt: Checkpoint | None = None
@@ -288,6 +300,7 @@ def verify(
             raise DistmcError("--resume DIR goes on writing to DIR: do not give another --checkpoint-dir")
         ckpt = Checkpoint.open(resume)
         job = _resumed_job(ckpt.job, job, model_path, prop)
+        checker = ckpt.meta.get("checker", "auto") if checker == "auto" else checker  # the one the run asked for
     if driver is None:
         driver = ("local" if workers == 1 and address is None and resume is None and checkpoint_dir is None
                   and not policy_servers and checker != "distributed" else "ray")
@@ -309,8 +322,8 @@ def verify(
     explain = Explain(traces, values, plot, plot_vars)
     explain.validate(parts)
     if checkpoint_dir is not None and ckpt is None:
-        ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names)
-    t1 = time.perf_counter()
+        ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names, checker=checker)
+    clock.start("exploring", driver)
     if checker == "distributed" and explain.active:
         raise DistmcError("--traces, --values and --plot work on the model gathered to this process: use "
                           "--checker auto, storm or native with them")
@@ -326,7 +339,7 @@ def verify(
                                limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker,
                                threads_per_worker=threads_per_worker,
                                policy_servers=policy_servers if parts.uses_policy else 0, rows_stay=rows_stay)
-    t2 = time.perf_counter()
+    clock.start("assembling")
     if not isinstance(explored, Explored):  # the rows are on the Ray workers
         ray_rows = explored
         ok = False
@@ -335,61 +348,63 @@ def verify(
             used = _choose_ray_checker(checker, limits, ray_rows, spec, kind, workers,
                                        sum(int(w.get("rss", 0)) for w in ray_rows.worker_stats))
             if used == "distributed":
+                clock.start("checking", "distributed, on the Ray workers")
                 out = ray_rows.check(DTMC_PRECISION, progress=progress)
-                t4 = time.perf_counter()
-                t3 = t2 + out["build_s"]
+                timings = clock.stop()
+                # the workers build their parts of the model (and the exchange plan) first: that is assembly
+                timings["assemble_s"] += float(out["build_s"])
+                timings["check_s"] -= float(out["build_s"])
                 result = at_initial(out["value"], np.arange(out["value"].shape[0]))
                 bounds = (at_initial(out["lower"], np.arange(out["lower"].shape[0])),
                           at_initial(out["upper"], np.arange(out["upper"].shape[0])))
                 ok = True
-                return _distributed_report(job, parts, policy, mode, workers, driver, ray_rows, result, t0, t1, t2,
-                                           t3, t4)
+                return _distributed_report(job, parts, workers, driver, ray_rows, result, timings)
             explored = ray_rows.gather()
             ok = True
         finally:
             ray_rows.close(ok)
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
-    explain_s = 0.0
     if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
-        te = time.perf_counter()
-        explain.before_check(induced, parts, job)
-        explain_s = time.perf_counter() - te
+        explain.before_check(induced, parts, job, phase=clock.start)
     used = _choose_checker(checker if checker != "auto" or driver == "local" else "storm", limits, induced, spec,
                            int(explored.stats.get("depth", 0)), release=not keep_model)
     if export_path is not None:
+        clock.start("exporting", str(export_path))
         export(induced, export_path)
     vectors: dict = {}
     if used == "native":
-        t3 = time.perf_counter()
+        clock.start("checking", "distmc's native value iteration")
         if explain.wants_values:
-            vectors = {"value": values_of(LocalEngine(matrix_of(induced)), induced, spec)[0]}
+            vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail), induced, spec)[0]}
             result = at_initial(vectors["value"], induced.initial)
         else:
-            result = check_native(induced, spec)
+            result = check_native(induced, spec, progress=clock.detail)
     else:
+        clock.start("handing to Storm")
         storm_model = to_storm(induced, release=not keep_model)
-        t3 = time.perf_counter()
+        clock.start("checking", "Storm")
         if explain.wants_values:
             result, vectors = check_values(storm_model, spec, induced.kind, induced.initial)
         else:
             result = check(storm_model, spec, induced.kind, induced.initial)
-    t4 = time.perf_counter()
-    del bounds
     if explain.wants_values:
         explain.after_check(induced, parts, vectors,
-                            f"{job.prop} on {Path(job.model_path).name}, policy {_policy_name(parts, policy)}")
+                            f"{job.prop} on {Path(job.model_path).name}, policy {_policy_name(parts, job.policy)}",
+                            phase=clock.start)
+    timings = clock.stop()
+    del bounds
     report = Report(
         result=result,
         states=induced.n_states,
         transitions=induced.n_transitions,
-        mode=mode,
+        mode=job.mode,  # after --resume: the checkpoint's, not this call's defaults
         workers=workers,
         driver=driver,
         worker_stats=list(explored.worker_stats),
         model=job.model_path,
         property=job.prop,
-        policy=_policy_name(parts, policy),
+        policy=_policy_name(parts, job.policy),  # after --resume: the checkpoint's policy
         induced=induced.kind,
         choices=induced.n_rows,
         initial_states=int(induced.initial.shape[0]),
@@ -403,15 +418,8 @@ def verify(
         traces=explain.found,
         traces_mass=explain.mass,
         riskiest_states=explain.at_risk,
-        timings={
-            "parse_s": t1 - t0,
-            "explore_s": t2 - t1,
-            **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT},
-            "assemble_s": t3 - t2 - explain_s,
-            "check_s": t4 - t3,
-            **explain.timings,
-            "total_s": time.perf_counter() - t0,
-        },
+        timings={"handoff_s": 0.0, **timings,
+                 **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT}},
     )
     return (report, induced) if keep_model else report
 
@@ -420,22 +428,21 @@ def _policy_name(parts: Parts, policy: str | None) -> str:
     return parts.policy.name if parts.policy else (Path(str(policy)).name if parts.uses_policy else "none")
 
 
-def _distributed_report(job: Job, parts: Parts, policy: str | None, mode: str, workers: int, driver: str,
-                        rows: RayRows, result: float | dict[str, float], t0: float, t1: float, t2: float, t3: float,
-                        t4: float) -> Report:
+def _distributed_report(job: Job, parts: Parts, workers: int, driver: str, rows: RayRows,
+                        result: float | dict[str, float], timings: dict[str, float]) -> Report:
     """The report of a run checked on the Ray workers (no induced model in this process)."""
     stats = rows.stats
     return Report(
         result=result,
         states=rows.n_states,
         transitions=rows.n_transitions,
-        mode=mode,
+        mode=job.mode,
         workers=workers,
         driver=driver,
         worker_stats=list(rows.worker_stats),
         model=job.model_path,
         property=job.prop,
-        policy=_policy_name(parts, policy),
+        policy=_policy_name(parts, job.policy),
         induced="dtmc",
         choices=rows.n_states,
         initial_states=rows.n_initial,
@@ -446,12 +453,5 @@ def _distributed_report(job: Job, parts: Parts, policy: str | None, mode: str, w
         checker="distributed",
         memory={"driver_peak_bytes": peak_rss_bytes(),
                 "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in rows.worker_stats]},
-        timings={
-            "parse_s": t1 - t0,
-            "explore_s": t2 - t1,
-            **{k: float(v) for k, v in stats.items() if k in _EXPLORE_SPLIT},
-            "assemble_s": t3 - t2,  # the workers' parts of the model and the exchange plan
-            "check_s": t4 - t3,
-            "total_s": time.perf_counter() - t0,
-        },
+        timings={"handoff_s": 0.0, **timings, **{k: float(v) for k, v in stats.items() if k in _EXPLORE_SPLIT}},
     )

@@ -1,8 +1,10 @@
-"""Command line: ``distmc run MODEL --prop PCTL ...``.
+"""Command line: ``distmc run MODEL --prop PCTL ...`` (and ``distmc abstract``, ``distmc scale``).
 
 Exit codes: 0 success; 1 other distmc error; 2 bad command line; 3 bad model; 4 unsupported model feature;
 5 bad property; 6 bad policy; 7 resource limit reached (a partial report is printed, and written with --json);
-8 worker failure. Errors are one line on standard error; ``--debug`` adds the traceback.
+8 worker failure; 130 interrupted (Ctrl-C: one line says what was saved and how to resume). A missing optional
+package is an error of kind 1, named with the ``pip install`` that brings it. Errors are one line on standard
+error; ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ from pathlib import Path
 from distmc.errors import DistmcError, ResourceLimitError
 
 __all__ = ["main"]
+
+#: What ``--checker native`` checks, and ``--driver``'s default: the same words in ``run --help`` and the README
+#: (``tests/test_first_use.py`` holds them to it).
+NATIVE_CHECKS = "P=? of F, U and their <=k/<k forms, R=? of F, C<=k, I=k"
+DRIVER_DEFAULT = ("local for one worker with no --address, --checkpoint-dir, --resume, --policy-servers or "
+                  "--checker distributed, else ray")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="same-label choices: keep nondeterminism (min/max) or split evenly")
     run.add_argument("--workers", type=int, default=1, help="partitions: Ray actors owning the states by hash")
     run.add_argument("--driver", default=None, choices=["local", "ray"],
-                     help="local (in-process) or ray; default: local for one worker and no --address, else ray")
+                     help=f"local (in-process) or ray; default: {DRIVER_DEFAULT}")
     run.add_argument("--address", default=None,
                      help="Ray cluster to join (auto or HOST:PORT); default: RAY_ADDRESS if set, else a new local Ray")
     run.add_argument("--gpus-per-worker", type=float, default=None,
@@ -69,8 +77,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="who checks the induced model: storm (the reference), native (distmc's value iteration in "
                           "this process), distributed (the same on the Ray workers, where the rows stay: no process "
                           "holds the whole model), or auto (default: Storm, unless it would not fit in memory; then "
-                          "native in-process, distributed under the Ray driver). native and distributed check "
-                          "reachability probabilities (F, U, with <=k or <k) and rewards (F, C<=k, I=k) of DTMCs")
+                          f"native in-process, distributed under the Ray driver). native and distributed check "
+                          f"{NATIVE_CHECKS} of induced DTMCs")
     run.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     run.add_argument("--traces", type=int, default=0, metavar="K",
                      help="also find the K most probable paths to the property's target (reachability P=? on a DTMC)")
@@ -85,9 +93,47 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
     from distmc.abstract.cli import add_parser as add_abstract
+    from distmc.scale import add_parser as add_scale
 
     add_abstract(sub)
+    add_scale(sub)
     return p
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; an unknown option is reported with its subcommand's usage, not the top-level one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[name]
+    raise KeyError(name)
+
+
+def _interrupted(args: argparse.Namespace) -> int:
+    """Ctrl-C: stop Ray's processes of this run, say in one line what was saved and how to go on; exit 130."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()  # the actors were ended by the driver; this stops the local Ray it started (or disconnects)
+    directory = args.resume or args.checkpoint_dir
+    level = None
+    if directory is not None:
+        try:
+            level = json.loads((Path(directory) / "meta.json").read_text())["level"]
+        except (OSError, ValueError, KeyError):
+            pass
+    if level is not None and level >= 0:
+        saved = (f"the checkpoint in {directory} holds the levels up to depth {level}: continue with "
+                 f"distmc run --resume {directory}")
+    else:
+        saved = "nothing was saved: run again (with --checkpoint-dir DIR to make the run resumable)"
+    print(f"distmc: interrupted (Ctrl-C); {saved}", file=sys.stderr)
+    return 130
 
 
 def _example_path(name: str) -> str:
@@ -107,14 +153,15 @@ def _example_policy(policy: str, interface: str | None) -> tuple[str, str | None
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmc`` command."""
     parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command == "abstract":
+    args = _parse(parser, argv)
+    if args.command in ("abstract", "scale"):
         return int(args.handler(args))
+    run_parser = _subparser(parser, "run")
     if args.resume is None and (args.model is None or args.prop is None):
-        parser.error("a MODEL and --prop are required (or --resume DIR to continue a checkpointed run)")
+        run_parser.error("a MODEL and --prop are required (or --resume DIR to continue a checkpointed run)")
     if args.export is not None and Path(args.export).suffix not in (".drn", ".umb"):
         # Checked before the run, not after it: the file's suffix chooses the format.
-        parser.error(f"--export {args.export}: the file name must end in .drn or .umb")
+        run_parser.error(f"--export {args.export}: the file name must end in .drn or .umb")
     from distmc.progress import LiveProgress, setup_logging
 
     setup_logging(args.log_level)
@@ -141,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint_dir=args.checkpoint_dir,
                 resume=args.resume,
                 progress=progress,
+                phases=progress.phase,
                 gpus_per_worker=args.gpus_per_worker,
                 threads_per_worker=args.threads_per_worker,
                 policy_servers=args.policy_servers,
@@ -152,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
                 plot=args.plot,
                 plot_vars=args.plot_vars,
             )
+    except KeyboardInterrupt:
+        if args.debug:
+            traceback.print_exc()
+        return _interrupted(args)
     except DistmcError as exc:
         if args.debug:
             traceback.print_exc()

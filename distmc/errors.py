@@ -9,6 +9,8 @@ from __future__ import annotations
 
 __all__ = [
     "DistmcError",
+    "Interrupted",
+    "MissingDependencyError",
     "ModelError",
     "PolicyError",
     "PropertyError",
@@ -23,6 +25,16 @@ class DistmcError(Exception):
 
     #: Process exit code the CLI uses for this kind of error.
     exit_code: int = 1
+
+
+class MissingDependencyError(DistmcError):
+    """A package the run needs is not installed (the message names the ``pip install`` that brings it)."""
+
+
+class Interrupted(DistmcError):
+    """The run was stopped by the user (Ctrl-C, SIGINT); the message says what was saved and how to resume."""
+
+    exit_code = 130  # 128 + SIGINT, what a shell reports for a process ended by Ctrl-C
 
 
 class ModelError(DistmcError):

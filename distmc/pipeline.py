@@ -15,7 +15,7 @@ from distmc.explore.expander import MODES, Expander
 from distmc.model.kernel import Kernel
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model, load_model
-from distmc.policy import Policy, load_policy
+from distmc.policy import Policy, load_policy, require_packages
 
 __all__ = ["Job", "Parts"]
 
@@ -47,6 +47,8 @@ class Job:
         needs_policy = self.mode != "monolithic" and model.model_type == "mdp"
         reward_names = [model.reward(spec.reward_name).name] if spec.is_reward else []
         codec = StateCodec(model.lo, model.hi)
+        if needs_policy and policy is None:
+            require_packages(self.policy)  # here, not in a Ray actor after the start-up
         if not explorer:
             return Parts(model, spec, codec, None, needs_policy, reward_names)
         pol = None

@@ -3,7 +3,8 @@
 The drivers call a progress function after every breadth-first level with a dict (``depth``, ``states``,
 ``frontier``, ``transitions``, ``policy_states``, ``memory``, ``elapsed_s``, and under the Ray driver
 ``restarts``); :class:`LiveProgress` shows it as one line on standard error that is redrawn in place and removed
-at the end. It shows only on a terminal and never with ``--quiet``; scripts get the same figures as log records
+at the end. After the exploration the line names the phase that runs (``assembling``, ``handing to Storm``,
+``checking (Storm)``) and counts its seconds, so a long hand-off or check does not look like a hung run. It shows only on a terminal and never with ``--quiet``; scripts get the same figures as log records
 with ``--log-level info`` (``distmc.local`` / ``distmc.ray`` loggers, ``key=value`` fields).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from types import TracebackType
 
 from rich.console import Console
@@ -20,10 +22,18 @@ from rich.text import Text
 __all__ = ["LiveProgress", "setup_logging"]
 
 
+#: Loggers of Ray's own notices (the token-authentication notice of every new local Ray, start-up messages):
+#: shown with ``--log-level debug`` only, as Storm's log is. Ray resets the level of its ``ray`` logger when it is
+#: imported, not of these.
+RAY_NOTICES = ("ray._private", "ray.worker", "ray.util")
+
+
 def setup_logging(level: str) -> None:
-    """Log records of distmc at ``level`` and above to standard error, one line each."""
+    """Log records of distmc at ``level`` and above to standard error, one line each; Ray's notices only at debug."""
     logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("distmc").setLevel(level.upper())
+    for name in RAY_NOTICES:
+        logging.getLogger(name).setLevel(logging.NOTSET if level == "debug" else logging.ERROR)
 
 
 def _si(x: float) -> str:
@@ -40,6 +50,8 @@ class LiveProgress:
         self.console = console or Console(stderr=True)
         self.enabled = enabled and self.console.is_terminal
         self.live: Live | None = None
+        self.last: dict[str, float] | None = None  # the last level's figures
+        self.line: _PhaseLine | None = None  # the phase shown, once the exploration is over
 
     def __enter__(self) -> LiveProgress:
         if self.enabled:
@@ -68,5 +80,41 @@ class LiveProgress:
         return line
 
     def __call__(self, info: dict[str, float]) -> None:
+        if "depth" in info:
+            self.last = info
         if self.live is not None:
+            self.line = None
             self.live.update(Text(self.render(info)))
+
+    def phase(self, name: str, detail: str = "") -> None:
+        """Show the phase that runs now (after exploration: assembling, handing to Storm, checking).
+
+        Called again for the same phase (a checker's step or gap), it changes the detail and keeps the seconds.
+        """
+        if self.live is None or name == "exploring":
+            return
+        if self.line is not None and self.line.name == name:
+            self.line.set(detail)  # drawn at the next refresh
+        else:
+            self.line = _PhaseLine(name, detail, self.last)
+            self.live.update(self.line)
+
+
+class _PhaseLine:
+    """The live line during a phase after exploration: its name, the model's size, and the seconds it has run.
+
+    Rendered anew at each refresh (rich calls ``__rich__``), so the seconds count while the phase runs.
+    """
+
+    def __init__(self, name: str, detail: str, last: dict[str, float] | None) -> None:
+        self.name = name
+        self.size = "" if last is None else f" | {_si(last['states'])} states, {_si(last['transitions'])} transitions"
+        self.since = time.perf_counter()
+        self.set(detail)
+
+    def set(self, detail: str) -> None:
+        """Show ``detail`` (``"sound value iteration: gap 3.1e-07"``; one that starts with the phase's name alone)."""
+        self.text = (detail if detail.startswith(self.name) else f"{self.name} ({detail})") if detail else self.name
+
+    def __rich__(self) -> Text:
+        return Text(f"{self.text}{self.size} | {time.perf_counter() - self.since:.1f} s")

@@ -289,3 +289,14 @@ def test_a_worker_lost_in_the_check_says_how_to_resume(local_ray: None, tmp_path
     assert resumed.checker == "distributed"  # type: ignore[union-attr]
     assert (resumed.states, resumed.transitions) == (native.states, native.transitions)  # type: ignore[union-attr]
     assert abs(resumed.result - native.result) <= 1e-12  # type: ignore[union-attr, operator]
+
+
+def test_the_timeout_holds_during_the_check(local_ray: None) -> None:
+    import time
+
+    t = time.perf_counter()
+    with pytest.raises(ResourceLimitError, match="checked") as err:  # "... was explored but not checked"
+        verify(EXAMPLE, 'P=? [F<=100000000 "crash"]', constants="N=5", workers=2, checker="distributed",
+               timeout=20)
+    assert err.value.exit_code == 7
+    assert time.perf_counter() - t < 90  # 10^8 steps would take days: the workers stopped at the limit

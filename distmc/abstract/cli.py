@@ -16,7 +16,9 @@ __all__ = ["add_parser", "main"]
 def add_parser(sub: Any) -> None:
     """Add the ``abstract`` subcommand to the ``distmc`` subparsers ``sub``."""
     p = sub.add_parser("abstract", help="bound the failure probability of a continuous-state controller (MOSAIC)")
-    p.add_argument("env", help="environment: pendulum or cartpole")
+    from distmc.abstract.envs import ENVS
+
+    p.add_argument("env", choices=sorted(ENVS), help="the continuous environment")
     p.add_argument("--policy", required=True, help="controller: JSON spec (with its .pt weights next to it)")
     p.add_argument("--horizon", type=int, default=7, help="decision steps (default 7)")
     p.add_argument("--refine", type=int, default=0, help="refinement steps (default 0)")
@@ -41,6 +43,10 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run ``distmc abstract`` with parsed ``args``; returns the exit code."""
     try:
+        if args.plot:
+            from distmc._internal.deps import require
+
+            require("matplotlib", f"--plot {args.plot}")  # before the analysis, not after it
         from distmc.abstract.envs import get_env
         from distmc.abstract.faults import parse_fault
         from distmc.abstract.network import load_network

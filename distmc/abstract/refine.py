@@ -112,10 +112,12 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
                 progress(out.history[-1])
 
         record(0, res.stats)
+        stopped = None
         for step in range(1, refine + 1):
             big = ((out.hi - out.lo) / width > min_size + 1e-12).any(axis=1)
             todo = (out.upper > threshold) & (out.lower <= threshold) & big
             if not todo.any():
+                stopped = f"refinement stopped after step {step - 1} of {refine}: " + _why_done(out, big, min_size)
                 break
             idx = np.flatnonzero(todo)
             clo, chi = bisect(out.lo[idx], out.hi[idx], width)
@@ -135,4 +137,17 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
                      "split_s": round(expander.stats["split_s"], 3), "elapsed_s": round(time.perf_counter() - t0, 3),
                      "loosened": loosened, "workers": workers, "driver": driver, "method": method, "max_splits": max_splits,
                      "min_size": min_size, **{f"splitter_{k}": v for k, v in splitter.stats.items()}}
+        if stopped is not None:
+            out.stats["stopped"] = stopped
     return out
+
+
+def _why_done(a: Analysis, big: np.ndarray, min_size: float) -> str:
+    """Why no box is left to refine: every box is safe, surely unsafe, or at ``--min-size``."""
+    above = a.upper > a.threshold
+    if not above.any():
+        return f"every box is safe (upper bound <= {a.threshold:g})"
+    unsafe = int((above & (a.lower > a.threshold)).sum())
+    small = int((above & (a.lower <= a.threshold) & ~big).sum())
+    return (f"of the {int(above.sum())} boxes above the threshold {a.threshold:g}, {unsafe} are surely unsafe (lower "
+            f"bound above it) and {small} are at --min-size {min_size:g}; a smaller --min-size refines further")

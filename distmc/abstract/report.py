@@ -30,6 +30,8 @@ def summary(a: Analysis, env: ContinuousEnv, rows: int = 20) -> str:
              "  step  boxes  safe_fraction  unsafe_fraction"]
     for h in a.history:
         lines.append(f"  {h['step']:>4}  {h['boxes']:>5}  {h['safe_fraction']:>13.4f}  {h['unsafe_fraction']:>15.4f}")
+    if "stopped" in a.stats:
+        lines.append(f"  {a.stats['stopped']}")
     order = np.argsort(-a.upper, kind="stable")[:rows]
     names = "  ".join(f"{n:>21}" for n in env.state_names)
     lines.append(f"  worst {len(order)} boxes by upper bound:\n  {names}  {'lower':>7}  {'upper':>7}")

@@ -191,11 +191,13 @@ def to_storm(m: InducedModel, release: bool = False) -> Any:
 
 
 def export(m: InducedModel, path: str | Path) -> None:
-    """Write ``m`` as ``.umb`` (directly) or ``.drn`` (through Storm's exporter)."""
+    """Write ``m`` as ``.umb`` or ``.drn`` (:mod:`distmc.assemble.drn`: exact numbers, unlike Storm's exporter)."""
+    from distmc.assemble.drn import write_drn
+
     p = Path(path)
     if p.suffix == ".umb":
         write_umb(m, p)
     elif p.suffix == ".drn":
-        stormpy.io.export_to_drn(to_storm(m), str(p))
+        write_drn(m, p)
     else:
         raise ValueError(f"cannot export to '{p.suffix}': use .umb or .drn")

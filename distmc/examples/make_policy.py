@@ -1,7 +1,8 @@
 """Train the small policy bundled with distmc for ``gridworld.prism`` (N=6) and save it as TorchScript.
 
 The bundled files ``gridworld_policy.pt`` and ``gridworld_policy.json`` are the output of this script; run it
-again to regenerate them (it takes a few seconds on one CPU core and gives the same network every time)::
+again to regenerate them (it takes a few seconds on one CPU core and gives the same network, byte for byte, every
+time and from any checkout)::
 
     python distmc/examples/make_policy.py            # writes next to this file
     python distmc/examples/make_policy.py --out DIR  # writes DIR/gridworld_policy.{pt,json}
@@ -24,6 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -102,15 +108,51 @@ def train(steps: int = STEPS, seed: int = SEED) -> tuple[GridPolicy, float]:
     return net, accuracy
 
 
+def _relative_sources(debug_pkl: bytes) -> bytes:
+    """A TorchScript debug record with this file's absolute path replaced by its path in the repository."""
+    record = pickle.loads(debug_pkl)
+    if not (isinstance(record, tuple) and record and record[0] == "FORMAT_WITH_STRING_TABLE"):
+        return debug_pkl
+    here = str(Path(__file__).resolve())
+    table = tuple("distmc/examples/make_policy.py" if s == here else s for s in record[1])
+    return pickle.dumps((record[0], table, *record[2:]), protocol=2)
+
+
+def save_reproducible(net: torch.nn.Module, path: Path) -> None:
+    """``torch.jit.save`` of ``net`` whose bytes depend on the network only, not on where the checkout lies.
+
+    TorchScript's debug records name the source file by its absolute path; they are rewritten with the
+    repository-relative one (the archive's ``serialization_id`` is derived from the records, so it follows).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / path.name  # same file name: the archive's records are named after it
+        torch.jit.script(net).save(str(raw))
+        reader = torch._C.PyTorchFileReader(str(raw))
+        writer = torch._C.PyTorchFileWriter(str(path))
+        for name in reader.get_all_records():
+            if name == ".data/serialization_id":
+                continue  # the writer adds its own
+            data = reader.get_record(name)
+            if name.endswith(".debug_pkl"):
+                data = _relative_sources(data)
+            writer.write_record(name, data, len(data))
+        writer.write_end_of_file()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Train and write ``gridworld_policy.pt`` (TorchScript) and ``gridworld_policy.json`` (interface)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="output folder")
     args = p.parse_args(argv)
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # TorchScript writes a module's constants in set order, which string hashing randomises per process: the
+        # same network would get other bytes on every run. Run again with hashing fixed.
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out)]
+        sys.exit(subprocess.run(cmd, env={**os.environ, "PYTHONHASHSEED": "0"}).returncode)
     torch.set_num_threads(1)  # same floating-point reductions, hence the same network, on every machine
     net, accuracy = train()
     args.out.mkdir(parents=True, exist_ok=True)
-    torch.jit.script(net.eval()).save(str(args.out / "gridworld_policy.pt"))
+    save_reproducible(net.eval(), args.out / "gridworld_policy.pt")
     interface = {"features": FEATURES, "actions": ACTIONS, "output": "probabilities"}
     (args.out / "gridworld_policy.json").write_text(json.dumps(interface, indent=2) + "\n")
     print(f"wrote {args.out / 'gridworld_policy.pt'} (agreement with the heuristic on all states: {accuracy:.1%})")

@@ -9,7 +9,8 @@ picture.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,6 @@ class Explain:
     found: list[dict[str, Any]] | None = None
     mass: float | None = None
     at_risk: list[dict[str, Any]] | None = None
-    timings: dict[str, float] = field(default_factory=dict)
     _depth: np.ndarray | None = None
     _axes: tuple[int, int] | None = None
 
@@ -69,28 +69,31 @@ class Explain:
             require_matplotlib()
             self._axes = plot_variables(parts.model, self.plot_vars)
 
-    def before_check(self, induced: InducedModel, parts: Parts, job: Job) -> None:
-        """Traces and depths, on the assembled model while it still holds its transitions."""
-        import time
+    def before_check(self, induced: InducedModel, parts: Parts, job: Job,
+                     phase: Callable[[str], None] | None = None) -> None:
+        """Traces and depths, on the assembled model while it still holds its transitions.
 
+        ``phase``: the run's :meth:`~distmc._internal.phases.PhaseClock.start` (times ``traces_s``, ``values_s``);
+        the ``assembling`` phase is resumed at the end.
+        """
+        mark = phase or (lambda name: None)
         if self.traces:
-            t = time.perf_counter()
+            mark("finding traces")
             traces = most_probable_paths(induced, parts.spec, self.traces)
             expander = parts.expander if parts.expander is not None else job.build().expander
             assert expander is not None
             self.found = annotate(traces, induced, parts.model, parts.codec, expander)
             self.mass = float(sum(tr.probability for tr in traces))
-            self.timings["traces_s"] = time.perf_counter() - t
         if self.wants_values:
-            t = time.perf_counter()
+            mark("ranking states")
             self._depth = bfs_depth(induced)
-            self.timings["values_s"] = time.perf_counter() - t
+        mark("assembling")
 
-    def after_check(self, induced: InducedModel, parts: Parts, vectors: dict[str, np.ndarray], title: str) -> None:
-        """Write the values table and the picture; find the states most at risk."""
-        import time
-
-        t = time.perf_counter()
+    def after_check(self, induced: InducedModel, parts: Parts, vectors: dict[str, np.ndarray], title: str,
+                    phase: Callable[[str], None] | None = None) -> None:
+        """Write the values table and the picture; find the states most at risk (``phase``: as above)."""
+        mark = phase or (lambda name: None)
+        mark("ranking states")
         assert self._depth is not None
         states = parts.codec.unpack(induced.keys)
         spec = parts.spec
@@ -107,13 +110,11 @@ class Explain:
         ]
         if self.values_path is not None:
             write_values(self.values_path, value_columns(parts.model, states, vectors, self._depth))
-        self.timings["values_s"] = self.timings.get("values_s", 0.0) + time.perf_counter() - t
         if self.plot_path is not None:
-            t = time.perf_counter()
+            mark("plotting")
             assert self._axes is not None
             plot_values(self.plot_path, parts.model, states, rank, title, variables=self._axes,
                         trace=self.found[0]["path"] if self.found else None, include=eligible)
-            self.timings["plot_s"] = time.perf_counter() - t
 
 
 def summary_lines(traces: list[dict[str, Any]] | None, mass: float | None, at_risk: list[dict[str, Any]] | None,

@@ -4,7 +4,7 @@ With ``--checkpoint-dir DIR`` every worker writes, at the end of each breadth-fi
 and the rows it built in that level, and the driver then commits the level in ``meta.json``. The rows then live
 on disk, not in the workers (the reducer reads them back at the end). Layout::
 
-    DIR/meta.json                 the run (job, input file digests, key layout) and the last committed level
+    DIR/meta.json                 the run (job, --checker, input file digests, key layout), the last committed level
     DIR/level-00000/states-r0.arrow   the initial states (written by the driver)
     DIR/level-DDDDD/states-rR.arrow   key, gid: the states first found in level D that worker R owns
     DIR/level-DDDDD/rows-rR.arrow     state, action, branches, reward:NAME: rows worker R built in level D
@@ -138,8 +138,12 @@ class Checkpoint:
     # -- opening -----------------------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: str | Path, job: Job, key_dtype: np.dtype, reward_names: list[str]) -> Checkpoint:
-        """A new checkpoint for ``job`` in ``directory`` (which must not hold one already)."""
+    def create(cls, directory: str | Path, job: Job, key_dtype: np.dtype, reward_names: list[str],
+               checker: str = "auto") -> Checkpoint:
+        """A new checkpoint for ``job`` in ``directory`` (which must not hold one already).
+
+        ``checker`` (``--checker``) is kept so that a resumed run checks the model as the first run asked.
+        """
         d = Path(directory)
         if (d / "meta.json").exists():
             raise DistmcError(f"{d} already holds a checkpoint: continue it with --resume {d}, or choose another "
@@ -155,6 +159,7 @@ class Checkpoint:
             "digests": {k: file_digest(getattr(job, k)) for k in ("model_path", "policy", "interface")},
             "key_dtype": np.dtype(key_dtype).str,
             "reward_names": list(reward_names),
+            "checker": checker,
             "level": -1,
             "states": 0,
             "transitions": 0,

@@ -1,8 +1,9 @@
 """Save a policy trained on a :class:`~distmc.gym.PrismEnv` so that ``distmc run`` verifies it as it is.
 
-:func:`export_policy` writes the network as TorchScript (``trained.pt``) and the environment's interface beside it
-(``trained.json``), which :func:`distmc.policy.load_policy` finds on its own: no hand-written interface file, and
-no unpickling when the policy is verified.
+:func:`export_policy` writes the network as a ``torch.export`` program (``trained.pt2``; or TorchScript, which
+torch 2.x deprecates) and the environment's interface beside it (``trained.json``), which
+:func:`distmc.policy.load_policy` finds on its own: no hand-written interface file, and no unpickling when the
+policy is verified.
 """
 
 from __future__ import annotations
@@ -18,15 +19,22 @@ from distmc.gym.env import PrismEnv
 __all__ = ["export_policy"]
 
 
-def export_policy(policy: Any, path: str | Path, env: PrismEnv, *, output: str | None = None) -> tuple[Path, Path]:
-    """Write ``policy`` as TorchScript at ``path`` and ``env``'s interface as ``path`` with suffix ``.json``.
+#: What :func:`export_policy` writes: a ``torch.export`` program (``.pt2``) or TorchScript.
+FORMATS = ("pt2", "torchscript")
+
+
+def export_policy(policy: Any, path: str | Path, env: PrismEnv, *, output: str | None = None,
+                  format: str = "pt2") -> tuple[Path, Path]:
+    """Write ``policy``'s network at ``path`` and ``env``'s interface as ``path`` with suffix ``.json``.
 
     Args:
         policy: a Stable-Baselines3 PPO/A2C/DQN model trained on ``env`` (its actor network is saved: logits, or
             Q-values for DQN) or a ``torch.nn.Module`` mapping observations ``[B, F]`` to ``[B, A]``.
-        path: the ``.pt`` file to write.
+        path: the file to write (``trained.pt2``; the format is read back from the content, not the name).
         env: the environment the policy was trained on.
         output: ``"logits"`` or ``"probabilities"``, what the network returns (default ``"logits"``).
+        format: ``"pt2"`` (default: ``torch.export.save``, with a free batch dimension where the network allows
+            it, else exported for distmc's batch of 1024) or ``"torchscript"`` (``torch.jit.trace``).
 
     Returns:
         The network file and the interface file.
@@ -35,6 +43,8 @@ def export_policy(policy: Any, path: str | Path, env: PrismEnv, *, output: str |
 
     from distmc.policy.sb3 import actor_module
 
+    if format not in FORMATS:
+        raise PolicyError(f"export_policy: format must be one of {', '.join(FORMATS)}, not '{format}'")
     if hasattr(policy, "policy") and hasattr(policy, "predict"):
         net = actor_module(policy)
         output = output or "logits"
@@ -47,16 +57,46 @@ def export_policy(policy: Any, path: str | Path, env: PrismEnv, *, output: str |
     low, high = env.observation_space.low, env.observation_space.high
     sample = torch.from_numpy((low + (high - low) * rng.random((64, low.shape[0]))).astype(np.float32))
     with torch.inference_mode():
-        try:
-            traced = torch.jit.trace(net, sample[:2], check_trace=False)
-        except Exception as exc:  # noqa: BLE001 - user network
-            raise PolicyError(f"export_policy: cannot trace the network: {type(exc).__name__}: {exc}") from exc
-        want, got = net(sample), traced(sample)
+        want = net(sample)
+    if format == "pt2":
+        program, got = _export(net, sample)
+    else:
+        with torch.inference_mode():
+            try:
+                program = torch.jit.trace(net, sample[:2], check_trace=False)
+            except Exception as exc:  # noqa: BLE001 - user network
+                raise PolicyError(f"export_policy: cannot trace the network: {type(exc).__name__}: {exc}") from exc
+            got = program(sample)
     if tuple(got.shape) != (64, env.action_space.n) or not torch.allclose(want, got, rtol=0, atol=1e-6):
         raise PolicyError(
-            f"export_policy: the traced network does not reproduce the original (shape {tuple(got.shape)}, expected "
-            f"(64, {env.action_space.n})); networks with data-dependent control flow need torch.jit.script"
+            f"export_policy: the exported network does not reproduce the original (shape {tuple(got.shape)}, "
+            f"expected (64, {env.action_space.n})); networks with data-dependent control flow cannot be exported"
         )
-    traced.save(str(p))
+    if format == "pt2":
+        torch.export.save(program, str(p))
+    else:
+        program.save(str(p))
     iface = env.save_interface(p.with_suffix(".json"), output=output)
     return p, iface
+
+
+def _export(net: Any, sample: Any) -> tuple[Any, Any]:
+    """``torch.export`` of ``net`` (batch dimension free, else fixed at distmc's batch) and its output on ``sample``."""
+    import torch
+
+    from distmc.policy.batched import BATCH, in_fixed_batches
+
+    try:
+        program = torch.export.export(net, (sample,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+        fixed = None
+    except Exception:  # noqa: BLE001 - the network fixes its batch size somewhere: export it for distmc's
+        try:
+            program = torch.export.export(net, (torch.zeros((BATCH, sample.shape[1])),))
+        except Exception as exc:  # noqa: BLE001 - user network
+            raise PolicyError(f"export_policy: torch.export cannot export the network: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+        fixed = BATCH
+    module = program.module()
+    with torch.inference_mode():
+        got = in_fixed_batches(lambda x: module(torch.from_numpy(x)).numpy(), sample.numpy(), fixed)
+    return program, torch.from_numpy(got)

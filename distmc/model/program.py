@@ -236,7 +236,10 @@ def _instantiate(prog: Any, path: Path, constants: dict[str, str]) -> Any:
     known = {c.name: c for c in prog.constants}
     for name in constants:
         if name not in known:
-            raise ModelError(f"{path}: --const names '{name}', which the model does not declare (constants: {sorted(known)})")
+            open_ = [c.name for c in prog.constants if not c.defined]
+            raise ModelError(f"{path}: --const names '{name}', which the model does not declare; "
+                             + (f"its undefined constants are {', '.join(open_)}" if open_
+                                else "it has no undefined constants to give"))
     defs = {}
     manager = prog.expression_manager
     parser = sx.ExpressionParser(manager)
@@ -445,6 +448,11 @@ def load_model(path: str | Path, constants: dict[str, str] | str | None = None) 
                 sync[action].append(mi)
             updates = []
             for u in c.updates:
+                if str(u).startswith("["):  # "[lo, hi] : ...": Storm keeps only lo as the update's probability
+                    raise UnsupportedError(
+                        f"{path}: module '{m.name}', command {ci + 1} ({c}): interval probabilities ([lo, hi], "
+                        "an interval DTMC/MDP) are not supported; distmc checks models with exact probabilities"
+                    )
                 assigns = []
                 for a in u.assignments:
                     name = a.variable.name

@@ -7,6 +7,9 @@ Formats (detected from the spec and the file's content, never from running it):
   (:mod:`distmc.policy.callable`).
 * a Stable-Baselines3 PPO/A2C/DQN ``.zip`` (:mod:`distmc.policy.sb3`): loading it executes code stored in the
   file, so it needs ``trust=True`` (``--trust-policy``).
+* a ``torch.export`` program (``.pt2``, ``torch.export.save``; :mod:`distmc.policy.exported`): loading runs no
+  code unless the archive holds pickled parts, which need ``trust=True``.
+* an ONNX model (``.onnx``; :mod:`distmc.policy.onnx`, run by onnxruntime, the ``onnx`` extra).
 * a TorchScript file (``torch.jit.save``; :mod:`distmc.policy.torchscript`).
 * any other torch file: a ``state_dict`` read with ``torch.load(weights_only=True)`` and rebuilt from the
   interface's ``architecture`` (:mod:`distmc.policy.statedict`).
@@ -37,6 +40,7 @@ __all__ = [
     "find_interface",
     "load_interface",
     "load_policy",
+    "require_packages",
 ]
 
 #: Interface files looked for beside a policy file ``trained.zip``/``trained.pt``, in this order.
@@ -54,8 +58,13 @@ def find_interface(policy_path: str | Path) -> Path | None:
 
 
 def detect_format(spec: str | None) -> str:
-    """``"uniform"``, ``"callable"``, ``"sb3"``, ``"torchscript"`` or ``"state_dict"`` (nothing is loaded)."""
+    """``"uniform"``, ``"callable"``, ``"sb3"``, ``"pt2"``, ``"onnx"``, ``"torchscript"`` or ``"state_dict"``.
+
+    Read from the spec and the file's content; nothing is loaded.
+    """
     from distmc.policy.callable import CALLABLE_SPEC
+    from distmc.policy.exported import is_pt2
+    from distmc.policy.onnx import is_onnx
 
     if spec is None or spec == "uniform":
         return "uniform"
@@ -64,7 +73,11 @@ def detect_format(spec: str | None) -> str:
         if CALLABLE_SPEC.match(spec):
             return "callable"
         raise PolicyError(f"{spec}: no such policy file (nor 'uniform', nor a 'package.module:function')")
+    if is_onnx(p):
+        return "onnx"
     if zipfile.is_zipfile(p):
+        if is_pt2(p):
+            return "pt2"
         with zipfile.ZipFile(p) as z:
             names = z.namelist()
         if "data" in names and "policy.pth" in names:
@@ -74,6 +87,23 @@ def detect_format(spec: str | None) -> str:
     return "state_dict"
 
 
+def require_packages(spec: str | None) -> None:
+    """Stop with a :class:`~distmc.errors.MissingDependencyError` if loading ``spec`` needs a missing package.
+
+    Nothing is loaded; a run calls this before its work starts, so the error comes first, in one line.
+    """
+    from distmc._internal.deps import require
+
+    fmt = detect_format(spec)
+    if fmt == "sb3":
+        from distmc.policy.sb3 import ALGORITHMS, detect_algorithm
+
+        algo = detect_algorithm(str(spec))
+        require(ALGORITHMS[algo], f"{spec}: a Stable-Baselines3 {algo} policy")
+    elif fmt == "onnx":
+        require("onnxruntime", f"{spec}: an ONNX policy")
+
+
 def load_policy(spec: str | None, model: Model, interface: str | Path | None = None, *, trust: bool = False) -> Policy:
     """Load the policy ``spec`` names (see the module docstring for the formats).
 
@@ -81,7 +111,8 @@ def load_policy(spec: str | None, model: Model, interface: str | Path | None = N
         spec: ``"uniform"``, ``module:function`` or a policy file.
         model: the model the policy acts in.
         interface: the interface file (default: the one beside the policy file, else the defaults).
-        trust: allow formats whose loading executes code stored in the file (SB3 ``.zip``).
+        trust: allow formats whose loading executes code stored in the file (SB3 ``.zip``; a ``.pt2`` archive
+            with pickled parts).
     """
     fmt = detect_format(spec)
     if interface is None and fmt not in ("uniform", "callable"):
@@ -98,6 +129,14 @@ def load_policy(spec: str | None, model: Model, interface: str | Path | None = N
         from distmc.policy.sb3 import SB3Policy
 
         return SB3Policy(spec, iface, model, trust=trust)
+    if fmt == "pt2":
+        from distmc.policy.exported import ExportedPolicy
+
+        return ExportedPolicy(spec, iface, model, trust=trust)
+    if fmt == "onnx":
+        from distmc.policy.onnx import OnnxPolicy
+
+        return OnnxPolicy(spec, iface, model)
     if fmt == "torchscript":
         return TorchScriptPolicy(spec, iface, model)
     from distmc.policy.statedict import StateDictPolicy

@@ -23,7 +23,7 @@ from distmc.errors import PolicyError
 from distmc.model.program import Model
 from distmc.policy.interface import InputEncoding, Interface
 
-__all__ = ["BATCH", "BatchedPolicy", "TorchPolicy", "default_device", "policy_file"]
+__all__ = ["BATCH", "BatchedPolicy", "TorchPolicy", "default_device", "in_fixed_batches", "policy_file"]
 
 #: States per network call.
 BATCH = 1024
@@ -42,6 +42,23 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def in_fixed_batches(run: Any, chunk: np.ndarray, size: int | None) -> np.ndarray:
+    """``run`` over ``chunk`` ``[BATCH, F]`` in pieces of exactly ``size`` rows (the last one padded with zeros).
+
+    For a network exported with a fixed batch size; all at once when ``size`` is None or the chunk's.
+    """
+    if size is None or size == chunk.shape[0]:
+        return np.asarray(run(chunk))
+    outs = []
+    for start in range(0, chunk.shape[0], size):
+        piece = chunk[start : start + size]
+        n = piece.shape[0]
+        if n < size:
+            piece = np.concatenate([piece, np.zeros((size - n, chunk.shape[1]), dtype=chunk.dtype)])
+        outs.append(np.asarray(run(piece))[:n])
+    return np.concatenate(outs)
 
 
 #: Thread counts chosen by measurement in this process: (threads available, network shape) -> threads.

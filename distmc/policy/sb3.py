@@ -16,7 +16,7 @@ loading it executes code from the file. distmc therefore loads one only with an 
 (``verify(..., trust_policy=True)``, ``distmc run --trust-policy``) and otherwise stops with a
 :class:`~distmc.errors.PolicyError`. Which algorithm wrote the file is read from its JSON ``data`` entry, which
 involves no unpickling. To verify without trusting the file, export the actor once, where the file is trusted, with
-:func:`distmc.gym.export_policy` (TorchScript plus its interface file) and verify that.
+:func:`distmc.gym.export_policy` (a ``torch.export`` ``.pt2`` plus its interface file) and verify that.
 """
 
 from __future__ import annotations
@@ -74,14 +74,12 @@ def load_sb3(path: str | Path, *, trust: bool, device: str = "cpu") -> Any:
         raise PolicyError(
             f"{p}: loading a Stable-Baselines3 .zip unpickles objects stored in it and so runs code from the file; "
             "pass --trust-policy (verify(..., trust_policy=True)) if you trust it, or export the actor to "
-            "TorchScript with distmc.gym.export_policy"
+            "a torch.export .pt2 with distmc.gym.export_policy"
         )
-    try:
-        package = importlib.import_module(ALGORITHMS[algo])
-    except ImportError:
-        raise PolicyError(
-            f"{p}: reading {algo} models needs {ALGORITHMS[algo]}, in the rl extra: pip install 'distmc[rl]'"
-        ) from None
+    from distmc._internal.deps import require
+
+    require(ALGORITHMS[algo], f"{p}: a Stable-Baselines3 {algo} policy")
+    package = importlib.import_module(ALGORITHMS[algo])
     try:
         return getattr(package, algo).load(str(p), device=device)
     except Exception as exc:  # noqa: BLE001 - a foreign file: any failure is the file's
