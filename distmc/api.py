@@ -14,10 +14,11 @@ import numpy as np
 from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
-from distmc.check.checker import DTMC_PRECISION, check
-from distmc.check.native import at_initial, check_native, unsupported
+from distmc.check.checker import DTMC_PRECISION, check, check_values
+from distmc.check.native import LocalEngine, at_initial, check_native, matrix_of, unsupported, values_of
 from distmc.check.properties import PropertySpec
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
+from distmc.explain.report import Explain, summary_lines
 from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, peak_rss_bytes, rss_bytes
 from distmc.explore.local import explore_local
@@ -164,9 +165,18 @@ class Report:
     checker: str = "storm"  # "storm", "native" (distmc's value iteration, :mod:`distmc.check.native`) or "distributed"
     # resident-set peaks in bytes: this process, and each Ray worker (none in-process)
     memory: dict[str, object] = field(default_factory=lambda: {"driver_peak_bytes": 0, "worker_peak_bytes": []})
+    # --traces K: the K most probable paths to the target, [{"probability", "path": [{"state", "action", "pi",
+    # "p"}, ...]}], and their summed probability; --values/--plot: the states most at risk (None: not asked)
+    traces: list[dict] | None = None
+    traces_mass: float | None = None
+    riskiest_states: list[dict] | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        d = asdict(self)
+        for name in ("traces", "traces_mass", "riskiest_states"):
+            if d[name] is None:
+                del d[name]
+        return json.dumps(d, indent=2)
 
     def summary(self) -> str:
         r = self.result
@@ -178,6 +188,8 @@ class Report:
             f"{self.states} states, {self.transitions} transitions, {self.choices} rows, depth {self.depth}\n"
             f"  time: {_time_line(t)}"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
+            + "".join(f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states,
+                                                               self.result))
         )
 
 
@@ -208,6 +220,10 @@ def verify(
     keep_model: bool = False,
     trust_policy: bool = False,
     checker: str = "auto",
+    traces: int = 0,
+    values: str | Path | None = None,
+    plot: str | Path | None = None,
+    plot_vars: str | None = None,
 ) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
@@ -249,6 +265,12 @@ def verify(
         checker: ``storm`` (the reference), ``native`` (distmc's own check of reachability probabilities on
             DTMCs, :mod:`distmc.check.native`) or ``auto``: Storm unless it would not fit in memory
             (``max_memory``, else the machine's available memory) and the native checker can check the property.
+        traces: also find the K most probable paths to the target of a reachability property
+            (:mod:`distmc.explain.traces`; ``Report.traces``, ``Report.traces_mass``).
+        values: also write the property's value in every state to this Parquet file
+            (:mod:`distmc.explain.values`); ``Report.riskiest_states`` lists the 5 states most at risk.
+        plot: also draw the values as a heatmap over two variables into this image (:mod:`distmc.explain.plot`).
+        plot_vars: the heatmap's variables, ``"x,y"`` (default: the first two int variables).
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP
@@ -297,10 +319,16 @@ def verify(
                           "--checker storm or native, which gather it into this process")
     parts = job.build(explorer=driver == "local")
     model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
+    explain = Explain(traces, values, plot, plot_vars)
+    explain.validate(parts)
     if checkpoint_dir is not None and ckpt is None:
         ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names, checker=checker)
     clock.start("exploring", driver)
-    rows_stay = driver == "ray" and checker in ("auto", "distributed") and export_path is None and not keep_model
+    if checker == "distributed" and explain.active:
+        raise DistmcError("--traces, --values and --plot work on the model gathered to this process: use "
+                          "--checker auto, storm or native with them")
+    rows_stay = (driver == "ray" and checker in ("auto", "distributed") and export_path is None and not keep_model
+                 and not explain.active)
     bounds = None
     if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
@@ -337,19 +365,33 @@ def verify(
             ray_rows.close(ok)
     induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
+    if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
+        explain.before_check(induced, parts, job, phase=clock.start)
     used = _choose_checker(checker if checker != "auto" or driver == "local" else "storm", limits, induced, spec,
                            int(explored.stats.get("depth", 0)), release=not keep_model)
     if export_path is not None:
         clock.start("exporting", str(export_path))
         export(induced, export_path)
+    vectors: dict = {}
     if used == "native":
         clock.start("checking", "distmc's native value iteration")
-        result = check_native(induced, spec, progress=clock.detail)
+        if explain.wants_values:
+            vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail), induced, spec)[0]}
+            result = at_initial(vectors["value"], induced.initial)
+        else:
+            result = check_native(induced, spec, progress=clock.detail)
     else:
         clock.start("handing to Storm")
         storm_model = to_storm(induced, release=not keep_model)
         clock.start("checking", "Storm")
-        result = check(storm_model, spec, induced.kind, induced.initial)
+        if explain.wants_values:
+            result, vectors = check_values(storm_model, spec, induced.kind, induced.initial)
+        else:
+            result = check(storm_model, spec, induced.kind, induced.initial)
+    if explain.wants_values:
+        explain.after_check(induced, parts, vectors,
+                            f"{job.prop} on {Path(job.model_path).name}, policy {_policy_name(parts, job.policy)}",
+                            phase=clock.start)
     timings = clock.stop()
     del bounds
     report = Report(
@@ -373,6 +415,9 @@ def verify(
         checker=used,
         memory={"driver_peak_bytes": peak_rss_bytes(),
                 "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in explored.worker_stats]},
+        traces=explain.found,
+        traces_mass=explain.mass,
+        riskiest_states=explain.at_risk,
         timings={"handoff_s": 0.0, **timings,
                  **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT}},
     )

@@ -80,6 +80,16 @@ def _parser() -> argparse.ArgumentParser:
                           f"native in-process, distributed under the Ray driver). native and distributed check "
                           f"{NATIVE_CHECKS} of induced DTMCs")
     run.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
+    run.add_argument("--traces", type=int, default=0, metavar="K",
+                     help="also find the K most probable paths to the property's target (reachability P=? on a DTMC)")
+    run.add_argument("--values", default=None, metavar="FILE.parquet",
+                     help="also write the property's value in every explored state (Parquet), and list the 5 states "
+                          "most at risk")
+    run.add_argument("--plot", default=None, metavar="FILE.png",
+                     help="also draw the per-state values as a heatmap over two variables (with --traces: the most "
+                          "probable path on it)")
+    run.add_argument("--plot-vars", default=None, metavar="X,Y",
+                     help="the heatmap's two variables (default: the first two int variables)")
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
     from distmc.abstract.cli import add_parser as add_abstract
@@ -185,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                 export_path=args.export,
                 trust_policy=args.trust_policy,
                 checker=args.checker,
+                traces=args.traces,
+                values=args.values,
+                plot=args.plot,
+                plot_vars=args.plot_vars,
             )
     except KeyboardInterrupt:
         if args.debug:

@@ -20,9 +20,12 @@ PHASES = {
     "parsing": "parse",  # the model, the property and (in-process) the policy
     "exploring": "explore",
     "assembling": "assemble",
+    "finding traces": "traces",  # --traces K (distmc.explain)
+    "ranking states": "values",  # --values/--plot: depths, the states most at risk, the Parquet file
     "exporting": "export",
     "handing to Storm": "handoff",
     "checking": "check",
+    "plotting": "plot",  # --plot
 }
 
 

@@ -10,7 +10,7 @@ import stormpy
 from distmc.check.properties import PropertySpec
 from distmc.errors import PropertyError
 
-__all__ = ["check", "environment", "value_vector"]
+__all__ = ["check", "check_values", "environment", "value_vector"]
 
 #: Termination precision of Storm's min-max solver (value iteration) for MDPs.
 MDP_PRECISION = 1e-12
@@ -72,3 +72,21 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray) 
     lo = _values(storm_model, spec.with_direction("min"), initial)
     hi = _values(storm_model, spec.with_direction("max"), initial)
     return {"min": min(lo), "max": max(hi)}
+
+
+def check_values(storm_model: Any, spec: PropertySpec, kind: str,
+                 initial: np.ndarray) -> tuple[float | dict[str, float], dict[str, np.ndarray]]:
+    """:func:`check`'s result and the value in every state, from the same solver run(s).
+
+    The vectors: ``{"value": [N]}`` for a DTMC or a query with ``min``/``max``, else ``{"value_min": [N],
+    "value_max": [N]}``. Storm computes every state's value for the initial states' anyway (all states are
+    reachable from them), so asking for the whole vector costs no second check.
+    """
+    if kind == "dtmc" or spec.has_direction:
+        vec = value_vector(storm_model, spec.formula)
+        vals = vec[initial]
+        return (float(vals[0]) if vals.shape[0] == 1 else {"min": float(vals.min()), "max": float(vals.max())}), {
+            "value": vec}
+    lo = value_vector(storm_model, spec.with_direction("min"))
+    hi = value_vector(storm_model, spec.with_direction("max"))
+    return {"min": float(lo[initial].min()), "max": float(hi[initial].max())}, {"value_min": lo, "value_max": hi}

@@ -43,7 +43,8 @@ from distmc.check.kernels import ChunkedCSR, reach_back_from
 from distmc.check.properties import PropertySpec
 from distmc.errors import PropertyError
 
-__all__ = ["Engine", "LocalEngine", "at_initial", "check_native", "matrix_of", "unsupported", "values_of"]
+__all__ = ["Engine", "LocalEngine", "at_initial", "check_native", "matrix_of", "reachability", "unsupported",
+           "values_of"]
 
 _STEP_BOUND = re.compile(r"U(<=|<)")
 
@@ -124,6 +125,15 @@ def _states(f: Any, m: Labelled) -> np.ndarray:
     if name not in m.labels:
         raise PropertyError(f"the induced model has no label for '{name}'")
     return m.labels[name]
+
+
+def reachability(spec: PropertySpec, m: Labelled) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """``phi1`` ``[N]`` bool, ``phi2`` ``[N]`` bool and the step bound (None: unbounded) of ``P=? [phi1 U phi2]``.
+
+    ``F phi`` is ``true U phi``; ``<k`` is ``<=k-1``. Only for a property :func:`unsupported` admits.
+    """
+    left, right, k = _path(spec)
+    return _states(left, m), _states(right, m), k
 
 
 class Engine(Protocol):

@@ -156,6 +156,15 @@ class Expander:
         out[:, cols] = pi[:, self.model_to_policy[cols]]
         return out
 
+    def action_weights(self, states: np.ndarray, enabled_model: np.ndarray) -> np.ndarray:
+        """Weight ``[B, A_model]`` the induced rows give each model action of ``states`` ``[B, V]``.
+
+        ``enabled_model`` ``[B, A_model]`` bool: the enabled actions. The policy's distribution under the mode
+        and threshold (0: dropped or disabled); used to name the actions of a trace's steps
+        (:mod:`distmc.explain.traces`). Needs a policy (an mdp outside monolithic mode).
+        """
+        return self._weights_matrix(states, enabled_model)
+
     def _policy_weights(self, states: np.ndarray, c_state: np.ndarray, c_action: np.ndarray) -> np.ndarray:
         """Weight of each choice ``[C]`` under the policy and mode (0 = dropped)."""
         enabled_model = np.zeros((states.shape[0], len(self.model.actions)), dtype=bool)

@@ -201,6 +201,51 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
             raise ModelError(f"{self.model.path}: state {self.model.describe_state(state)} is outside the variables' ranges")
         return state
 
+    def outcomes(self, action: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Successors ``[k, V]`` int64 of taking ``action`` in the current state and their probabilities ``[k]``.
+
+        Duplicate successors are added up; several choices with the action's label count each with probability
+        1/(their number), as :meth:`step` picks them. Empty for a disabled action.
+        """
+        a = int(action)
+        options = self._current().choices[a] if 0 <= a < self.action_space.n else ()
+        if not options:
+            return np.zeros((0, len(self.model.variables)), dtype=np.int64), np.zeros(0)
+        succ = np.concatenate([c.succ for c in options])
+        prob = np.concatenate([np.diff(c.cum, prepend=0.0) / len(options) for c in options])
+        uniq, inv = np.unique(succ, axis=0, return_inverse=True)
+        return uniq, np.bincount(inv.reshape(-1), weights=prob, minlength=uniq.shape[0])
+
+    def step_to(self, action: Any, state: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """:meth:`step` with its outcome given: take ``action`` and move to ``state`` (a vector or a dict).
+
+        For replaying a path, e.g. a trace of ``distmc run --traces``. ``info["probability"]`` is the probability
+        of that outcome under the action (:meth:`outcomes`); the reward is :meth:`step`'s (the mean of the
+        label's choices' action rewards when it has several). Raises :class:`~distmc.errors.PolicyError` when the
+        action is disabled or cannot lead to ``state``.
+        """
+        a = int(action)
+        target = self._state_of(state)
+        succ, prob = self.outcomes(a)
+        hit = np.flatnonzero((succ == target).all(axis=1)) if succ.shape[0] else np.zeros(0, dtype=np.int64)
+        if hit.size == 0:
+            raise PolicyError(
+                f"action {self.actions[a] if 0 <= a < len(self.actions) else a!r} in state "
+                f"{self.model.describe_state(self.state)} cannot lead to {self.model.describe_state(target)}"
+            )
+        p = float(prob[hit[0]])
+        table = self._current()
+        choices = table.choices[a]
+        reward = table.state_reward + sum(c.reward for c in choices) / len(choices)
+        self.steps += 1
+        self.state = target
+        self._table = None
+        nxt = self._current()
+        terminated = nxt.done or nxt.deadlock
+        truncated = not terminated and self.steps >= self.max_steps
+        return self.observe(self.state[None, :])[0], float(reward * self.reward_scale), bool(terminated), bool(
+            truncated), self._info(invalid_action=False, probability=p)
+
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         a = int(action)
         if not 0 <= a < self.action_space.n:
