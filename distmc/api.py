@@ -324,11 +324,14 @@ def verify(
     if checkpoint_dir is not None and ckpt is None:
         ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names, checker=checker)
     clock.start("exploring", driver)
-    if checker == "distributed" and explain.active:
-        raise DistmcError("--traces, --values and --plot work on the model gathered to this process: use "
-                          "--checker auto, storm or native with them")
+    # --values alone works on the workers (each writes its part); traces and the picture need the whole model
+    values_on_workers = checker == "distributed" and explain.wants_values and not traces and plot is None
+    if checker == "distributed" and explain.active and not values_on_workers:
+        raise DistmcError("--traces and --plot work on the model gathered to this process: use --checker auto, "
+                          "storm or native with them (--values alone works with --checker distributed: each "
+                          "worker writes its part of the table)")
     rows_stay = (driver == "ray" and checker in ("auto", "distributed") and export_path is None and not keep_model
-                 and not explain.active)
+                 and (not explain.active or values_on_workers))
     bounds = None
     if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
@@ -349,7 +352,10 @@ def verify(
                                        sum(int(w.get("rss", 0)) for w in ray_rows.worker_stats))
             if used == "distributed":
                 clock.start("checking", "distributed, on the Ray workers")
-                out = ray_rows.check(DTMC_PRECISION, progress=progress)
+                out = ray_rows.check(DTMC_PRECISION, progress=progress,
+                                     values_dir=str(values) if values_on_workers else None)
+                if values_on_workers:
+                    explain.at_risk = out["at_risk"]
                 timings = clock.stop()
                 # the workers build their parts of the model (and the exchange plan) first: that is assembly
                 timings["assemble_s"] += float(out["build_s"])
@@ -358,7 +364,9 @@ def verify(
                 bounds = (at_initial(out["lower"], np.arange(out["lower"].shape[0])),
                           at_initial(out["upper"], np.arange(out["upper"].shape[0])))
                 ok = True
-                return _distributed_report(job, parts, workers, driver, ray_rows, result, timings)
+                report = _distributed_report(job, parts, workers, driver, ray_rows, result, timings)
+                report.riskiest_states = explain.at_risk
+                return report
             explored = ray_rows.gather()
             ok = True
         finally:

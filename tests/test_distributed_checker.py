@@ -300,3 +300,23 @@ def test_the_timeout_holds_during_the_check(local_ray: None) -> None:
                timeout=20)
     assert err.value.exit_code == 7
     assert time.perf_counter() - t < 90  # 10^8 steps would take days: the workers stopped at the limit
+
+
+def test_values_parts_written_by_the_workers(local_ray: None, tmp_path: Path) -> None:
+    from distmc.explain.values import read_values
+
+    prop = 'P=? [F<=20 "crash"]'
+    one = tmp_path / "one.parquet"
+    local = verify(EXAMPLE, prop, constants="N=5", **POLICY, checker="native", values=one)
+    parts_dir = tmp_path / "parts"
+    dist = verify(EXAMPLE, prop, constants="N=5", **POLICY, workers=2, checker="distributed", values=parts_dir)
+    assert dist.checker == "distributed"  # type: ignore[union-attr]
+    assert sorted(p.name for p in parts_dir.iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+    cols = [("x", "ascending"), ("y", "ascending"), ("px", "ascending"), ("py", "ascending")]
+    a = read_values(one).sort_by(cols)
+    b = read_values(parts_dir).sort_by(cols)
+    assert a.column_names == b.column_names and a.num_rows == b.num_rows == local.states  # type: ignore[union-attr]
+    assert a.column("depth").to_pylist() == b.column("depth").to_pylist()
+    va, vb = a.column("value").to_numpy(), b.column("value").to_numpy()
+    assert np.abs(va - vb).max() <= 1e-12
+    assert dist.riskiest_states == local.riskiest_states  # type: ignore[union-attr]

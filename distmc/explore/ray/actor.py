@@ -479,24 +479,51 @@ class PartitionActor:
         self.part.serve(list(asked))
         self.peers = peers
 
-    def check_run(self, precision: float, max_iterations: int) -> dict[str, Any]:
-        """Check the job's property on every worker at once; the values at this worker's initial states."""
+    def check_run(self, precision: float, max_iterations: int,
+                  values: tuple[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Check the job's property on every worker at once; the values at this worker's initial states.
+
+        ``values``: (directory, first global id of every level): also write this worker's part of the values
+        table there, and return its states most at risk (``at_risk``).
+        """
         from distmc.check.distributed import WorkerEngine
         from distmc.check.native import values_of
 
         t = time.perf_counter()
         engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
         try:
-            values, lower, upper = values_of(engine, self.part, self.parts.spec, precision, max_iterations)
+            values_, lower, upper = values_of(engine, self.part, self.parts.spec, precision, max_iterations)
         finally:
             self.stats.update(engine.stats)
             self.stats["check_s"] = time.perf_counter() - t
-        self.values = (values, lower, upper)
+        self.values = (values_, lower, upper)
         init = self.part.initial
         self.stats["peak_rss"] = peak_rss_bytes()
         self.stats["rss"] = rss_bytes()
-        return {"gids": self.part.gids[init], "value": values[init], "lower": lower[init], "upper": upper[init],
-                "stats": dict(self.stats)}
+        out = {"gids": self.part.gids[init], "value": values_[init], "lower": lower[init], "upper": upper[init],
+               "stats": dict(self.stats)}
+        if values is not None:
+            out["at_risk"] = self._write_values(values_, *values)
+        return out
+
+    def _write_values(self, vec: np.ndarray, directory: str, level_starts: np.ndarray) -> list[dict[str, Any]]:
+        """This worker's part of the values table, and its candidates for the states most at risk."""
+        from distmc.check.native import reachability, unsupported
+        from distmc.explain.values import RISKIEST, depth_from_levels, riskiest, value_columns, write_values_part
+
+        t = time.perf_counter()
+        part, parts = self.part, self.parts
+        states = parts.codec.unpack(part.keys)
+        depth = depth_from_levels(part.gids, level_starts)
+        write_values_part(directory, self.rank, value_columns(parts.model, states, {"value": vec}, depth))
+        eligible = np.ones(part.n_states, dtype=bool)
+        if not parts.spec.is_reward and unsupported(parts.spec, "dtmc") is None:
+            eligible = ~reachability(parts.spec, part)[1]  # the target states have reached it already
+        ids = riskiest(vec, eligible, RISKIEST)
+        self.stats["values_s"] = time.perf_counter() - t
+        return [{"state": {v.name: (bool(x) if v.is_bool else int(x))
+                           for v, x in zip(parts.model.variables, states[i].tolist(), strict=True)},
+                 "value": float(vec[i]), "depth": int(depth[i]), "gid": int(part.gids[i])} for i in ids.tolist()]
 
     def _set_status(self, what: str) -> None:
         self.status = what

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
+from distmc.explain.values import RISKIEST
 from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
@@ -63,13 +64,16 @@ class RayRows:
         return out
 
     def check(self, precision: float, max_iterations: int = 1_000_000,
-              progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              progress: Callable[[dict[str, Any]], None] | None = None,
+              values_dir: str | None = None) -> dict[str, Any]:
         """Check the job's property on the actors (:mod:`distmc.check.distributed`).
 
         Returns ``value``, ``lower``, ``upper`` (``[I]`` at the initial states, by global id) and the time split
-        ``build_s`` (the workers' parts and the exchange plan) and ``check_s``.
+        ``build_s`` (the workers' parts and the exchange plan) and ``check_s``. ``values_dir``: every worker also
+        writes the value of each of its states there (``part-R.parquet``, :mod:`distmc.explain.values`), and
+        ``at_risk`` lists the states most at risk over all workers.
         """
-        out = self.run.check_on_workers(precision, max_iterations, progress)
+        out = self.run.check_on_workers(precision, max_iterations, progress, values_dir)
         self.worker_stats = out.pop("worker_stats")
         # the transitions of the merged rows (the levels count them before duplicates are added up)
         self.n_transitions = int(sum(ws["check_transitions"] for ws in self.worker_stats))
@@ -232,6 +236,7 @@ class _RayRun:
         self.stream = checkpoint is None and not rows_stay
         self.rows_stay = rows_stay
         self.checking = False  # the distributed check runs (errors say so)
+        self.level_starts: list[int] = [0]  # the first global id of every level (level 0: the initial states)
         self.taken: list[Any] = []
         self.blocks: list[RowBlock] = []
         self.absorb_s = 0.0
@@ -435,6 +440,8 @@ class _RayRun:
             raise DistmcError(f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, "
                               f"{self.n} in meta.json")
         self.n_initial = int((levels == 0).sum())
+        self.level_starts = [int(gids[levels == lv].min()) for lv in range(int(levels.max(initial=0)) + 1)
+                             if (levels == lv).any()]
         frontier = levels == ckpt.level
         self.frontier = int(frontier.sum())
         self.hand_out(keys, gids, frontier)
@@ -478,6 +485,8 @@ class _RayRun:
             new, stored = self.exchange()
         if self.stream:  # this level's rows, placed during the next level (an actor runs its calls in order)
             self.taken = [a.take.remote() for a in actors]
+        if new:
+            self.level_starts.append(self.n)  # the level's new states are ids n, n + 1, ...
         self.depth += 1
         self.n += new
         self.frontier = new
@@ -520,7 +529,8 @@ class _RayRun:
         return int(occ.shape[0]), stored
 
     def check_on_workers(self, precision: float, max_iterations: int,
-                         progress: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+                         progress: Callable[[dict[str, Any]], None] | None,
+                         values_dir: str | None = None) -> dict[str, Any]:
         """The distributed check on the actors (see :meth:`RayRows.check`)."""
         ray, actors, w = self.ray, self.actors, self.workers
         t0 = time.perf_counter()
@@ -531,7 +541,8 @@ class _RayRun:
             self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)]) for o, a in enumerate(actors)])
             del plans
             t1 = time.perf_counter()
-            refs = [a.check_run.remote(precision, max_iterations) for a in actors]
+            values = None if values_dir is None else (values_dir, np.asarray(self.level_starts, dtype=np.int64))
+            refs = [a.check_run.remote(precision, max_iterations, values) for a in actors]
             pending = list(refs)
             while pending:
                 done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
@@ -558,6 +569,9 @@ class _RayRun:
             raise
         t2 = time.perf_counter()
         out: dict[str, Any] = dict(_combine(results))
+        if values_dir is not None:  # the workers' candidates, ranked again: highest value, then smaller global id
+            cands = sorted((c for r in results for c in r["at_risk"]), key=lambda c: (-c["value"], c["gid"]))
+            out["at_risk"] = [{k: v for k, v in c.items() if k != "gid"} for c in cands[:RISKIEST]]
         out.update(build_s=t1 - t0, check_s=t2 - t1,
                    worker_stats=[dict(r["stats"], pid=i["pid"]) for r, i in zip(results, self.info, strict=True)])
         for ws in out["worker_stats"]:
