@@ -11,9 +11,11 @@ from pathlib import Path
 
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
-from distmc.check.checker import check
-from distmc.check.native import check_native, unsupported
+from distmc.check.checker import EXACT_MAX_TRANSITIONS
+from distmc.check.dispatch import check_properties, single_property_states
+from distmc.check.native import unsupported
 from distmc.check.properties import PropertySpec
+from distmc.check.result import CheckResult, Precision
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
 from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, rss_bytes
@@ -117,22 +119,80 @@ class Report:
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor: states, batches, bytes sent, ...
     restarts: int = 0  # workers lost and replaced from the checkpoint
     checker: str = "storm"  # "storm", or "native" (distmc's value iteration, :mod:`distmc.check.native`)
+    bounds: list[float] | dict[str, list[float]] | None = None  # guaranteed to contain the exact value (see result.py)
+    truth: bool | None = None  # a threshold property's truth value at the initial states
+    precision: str = "1e-12 absolute"  # what the sound methods were asked for
+    results: list[dict[str, object]] = field(default_factory=list)  # one per property, see :func:`result_entry`
+    single_states: list[int] = field(default_factory=list)  # several properties: each one's own model's states
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
     def summary(self) -> str:
-        r = self.result
-        res = f"{r:.12g}" if isinstance(r, float) else f"[{r['min']:.12g}, {r['max']:.12g}] (min, max)"
         t = self.timings
+        lines = "\n".join(result_line(r) for r in self.results) if self.results else f"{self.property}  =  {self.result}"
+        cost = ""
+        if len(self.single_states) > 1:
+            largest = max(self.single_states)
+            cost = (f"\n  one exploration for {len(self.single_states)} properties: {self.states - largest} states "
+                    f"more than the largest single-property model ({largest} states)")
         return (
-            f"{self.property}  =  {res}\n"
+            f"{lines}\n"
             f"  model {self.model} ({self.mode}, policy {self.policy}); induced {self.induced}: "
             f"{self.states} states, {self.transitions} transitions, {self.choices} rows, depth {self.depth}\n"
             f"  time: explore {t['explore_s']:.3f} s, assemble {t['assemble_s']:.3f} s, "
             f"check {t['check_s']:.3f} s, total {t['total_s']:.3f} s"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
+            + cost
         )
+
+
+def _fmt(v: object) -> str:
+    return f"{v:.12g}" if isinstance(v, float) else str(v)
+
+
+def _value_text(value: object, bounds: object) -> str:
+    """``v (+-err)``, or ``[min (+-e), max (+-e)] (min, max)``."""
+    def one(v: float, b: object) -> str:
+        if b is None or v != v or abs(v) == float("inf"):
+            return _fmt(v)
+        pair: tuple[float, float] = tuple(b)  # type: ignore[arg-type,assignment]
+        lo, hi = pair
+        return f"{_fmt(v)} (+-{max(hi - v, v - lo):.2g})"
+
+    if isinstance(value, dict):
+        bd = bounds if isinstance(bounds, dict) else {}
+        return f"[{one(value['min'], bd.get('min'))}, {one(value['max'], bd.get('max'))}] (min, max)"
+    return one(value, bounds)  # type: ignore[arg-type]
+
+
+def result_entry(text: str, name: str | None, res: CheckResult) -> dict[str, object]:
+    """One property's entry of the report's ``results``: property, name, value (and truth), bounds, checker, ..."""
+    bounds: object = res.bounds
+    if isinstance(bounds, tuple):
+        bounds = list(bounds)
+    elif isinstance(bounds, dict):
+        bounds = {k: list(v) for k, v in bounds.items()}
+    entry: dict[str, object] = {"property": text, "name": name}
+    if res.truth is not None:
+        entry["truth"] = res.truth
+        entry["decided"] = res.decided
+    entry.update(value=res.value, bounds=bounds, method=res.method, checker=res.checker, check_s=res.check_s)
+    if res.exact is not None:
+        entry["exact"] = res.exact
+    return entry
+
+
+def result_line(entry: dict[str, object]) -> str:
+    """The text report's line of one property."""
+    label = entry["property"] if entry.get("name") is None else f'"{entry["name"]}": {entry["property"]}'
+    value = _value_text(entry["value"], entry.get("bounds"))
+    if "truth" in entry:
+        note = "" if entry.get("decided") is not False else ": the bounds contain the threshold, ask a finer --precision"
+        value = f"{str(entry['truth']).lower()} (value {value}{note})"
+    if entry.get("exact") is not None:
+        value += f" = {entry['exact']}" if len(str(entry["exact"])) <= 40 else " (exact rational)"
+    return f"{label}  =  {value}"
 
 
 def verify(
@@ -161,12 +221,17 @@ def verify(
     keep_model: bool = False,
     trust_policy: bool = False,
     checker: str = "auto",
+    props: list[str] | None = None,
+    precision: float | None = None,
+    precision_abs: float | None = None,
+    exact: bool = False,
 ) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
     Args:
         model_path: PRISM file (dtmc or mdp); None with ``resume`` (the checkpoint names it).
-        prop: PCTL property, ``P=? [...]`` or ``R{"r"}=? [...]`` (``min``/``max`` optional); None with ``resume``.
+        prop: PCTL property, ``P=? [...]``, ``P>=0.5 [...]``, ``R{"r"}=? [...]``, ``S=? [...]`` (``min``/``max``
+            optional), or several separated by ``;``; None with ``props`` or ``resume``.
         constants: undefined constants, ``"N=3,p=0.1"``.
         policy: ``"uniform"``, a policy file (TorchScript, state_dict, SB3 ``.zip``) or ``module:function``
             (see :func:`distmc.policy.load_policy`).
@@ -199,6 +264,13 @@ def verify(
         checker: ``storm`` (the reference), ``native`` (distmc's own check of reachability probabilities on
             DTMCs, :mod:`distmc.check.native`) or ``auto``: Storm unless it would not fit in memory
             (``max_memory``, else the machine's available memory) and the native checker can check the property.
+        props: more properties (each may hold several, ``;``-separated, and ``const`` definitions), all checked on
+            one exploration; ``report.results`` has one entry each.
+        precision: relative precision of the sound methods (``--precision``); at most one of it and
+            ``precision_abs``.
+        precision_abs: absolute precision of the sound methods (``--precision-abs``; default 1e-12).
+        exact: check with Storm's exact rational engine (models up to
+            :data:`~distmc.check.checker.EXACT_MAX_TRANSITIONS` transitions).
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP
@@ -215,8 +287,13 @@ def verify(
         raise DistmcError(f"--checker must be auto, storm or native, not '{checker}'")
     if not 0.0 <= threshold < 1.0:
         raise DistmcError(f"--threshold must be in [0, 1), not {threshold}")
+    texts = ([prop] if prop is not None else []) + list(props or [])
+    prop = "; ".join(texts) if texts else None
     if resume is None and (model_path is None or prop is None):
         raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
+    prec = Precision.from_options(precision, precision_abs, exact)
+    if exact and checker == "native":
+        raise DistmcError("--exact checks with Storm's exact engine: not with --checker native")
     limits = Limits(max_states, parse_memory(max_memory), parse_duration(timeout))
     t0 = time.perf_counter()
     job = Job(str(model_path), str(prop), _const_text(constants), policy, None if interface is None else str(interface),
@@ -239,7 +316,7 @@ def verify(
     if driver == "local" and (checkpoint_dir is not None or resume is not None):
         raise DistmcError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
     parts = job.build(explorer=driver == "local")
-    model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
+    model, codec, reward_names = parts.model, parts.codec, parts.reward_names
     if checkpoint_dir is not None and ckpt is None:
         ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names)
     t1 = time.perf_counter()
@@ -253,22 +330,31 @@ def verify(
                                threads_per_worker=threads_per_worker,
                                policy_servers=policy_servers if parts.uses_policy else 0)
     t2 = time.perf_counter()
-    induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
+    induced = assemble(explored, model, codec, parts.props.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
-    used = _choose_checker(checker, limits, induced, spec, int(explored.stats.get("depth", 0)),
-                           release=not keep_model)
+    specs = parts.props.specs
+    if exact and induced.n_transitions > EXACT_MAX_TRANSITIONS:
+        raise DistmcError(f"--exact: the induced model has {induced.n_transitions} transitions, more than the exact "
+                          f"engine's limit of {EXACT_MAX_TRANSITIONS}; run without --exact for a sound bound")
+    checkers = ["storm" if exact else _choose_checker(checker, limits, induced, s, int(explored.stats.get("depth", 0)),
+                                                      release=not keep_model) for s in specs]
+    used = checkers[0] if len(set(checkers)) == 1 else "+".join(dict.fromkeys(checkers))
     if export_path is not None:
         export(induced, export_path)
-    if used == "native":
-        t3 = time.perf_counter()
-        result = check_native(induced, spec)
-    else:
-        storm_model = to_storm(induced, release=not keep_model)
-        t3 = time.perf_counter()
-        result = check(storm_model, spec, induced.kind, induced.initial)
+    single = single_property_states(induced, parts.props, codec) if len(specs) > 1 else []
+    checked = check_properties(parts.props, induced, checkers, prec,
+                               lambda: to_storm(induced, release=not keep_model, exact=exact))
     t4 = time.perf_counter()
+    t3 = t4 - sum(r.check_s for r in checked)  # the hand-off to Storm counts as assembly, as before
+    entries = [result_entry(s.text, s.name, r) for s, r in zip(specs, checked, strict=True)]
+    first = entries[0]
     report = Report(
-        result=result,
+        result=checked[0].value,
+        bounds=first["bounds"],  # type: ignore[arg-type]
+        truth=checked[0].truth,
+        precision=prec.describe(),
+        results=entries,
+        single_states=single,
         states=induced.n_states,
         transitions=induced.n_transitions,
         mode=mode,
