@@ -294,6 +294,9 @@ def verify(
     prec = Precision.from_options(precision, precision_abs, exact)
     if exact and checker == "native":
         raise DistmcError("--exact checks with Storm's exact engine: not with --checker native")
+    if prec.relative and checker == "native":
+        raise DistmcError("the native checker checks to an absolute precision only (--precision-abs): use "
+                          "--checker storm for --precision")
     limits = Limits(max_states, parse_memory(max_memory), parse_duration(timeout))
     t0 = time.perf_counter()
     job = Job(str(model_path), str(prop), _const_text(constants), policy, None if interface is None else str(interface),

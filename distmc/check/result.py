@@ -42,7 +42,7 @@ class Precision:
 
     def __post_init__(self) -> None:
         if not (0.0 < self.eps < 1.0):
-            raise DistmcError(f"--precision must be in (0, 1), not {self.eps}")
+            raise DistmcError(f"--precision{'' if self.relative else '-abs'} must be in (0, 1), not {self.eps}")
 
     @classmethod
     def from_options(cls, precision: float | None, precision_abs: float | None, exact: bool = False) -> Precision:
