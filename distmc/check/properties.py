@@ -305,7 +305,8 @@ def parse_property(text: str, model: Model, name: str | None = None) -> Property
     spec.quantitative = spec.formula.clone()
     if spec.formula.has_bound:
         comparison = _COMPARISON[str(spec.formula.comparison_type).rsplit(".", 1)[-1]]
-        spec.threshold = (comparison, Fraction(str(spec.formula.threshold)))
+        # threshold_expr, not threshold: stormpy's threshold reads (1 / 6) as 0 (measured)
+        spec.threshold = (comparison, Fraction(str(spec.formula.threshold_expr.evaluate_as_rational())))
         spec.quantitative.remove_bound()
         if not spec.has_direction:  # PRISM's and Storm's reading on an MDP: for all schedulers
             spec.quantitative.set_optimality_type(
