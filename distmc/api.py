@@ -186,7 +186,7 @@ def result_entry(text: str, name: str | None, res: CheckResult) -> dict[str, obj
 def result_line(entry: dict[str, object]) -> str:
     """The text report's line of one property."""
     label = entry["property"] if entry.get("name") is None else f'"{entry["name"]}": {entry["property"]}'
-    value = _value_text(entry["value"], entry.get("bounds"))
+    value = _value_text(entry["value"], None if entry.get("method") == "exact" else entry.get("bounds"))
     if "truth" in entry:
         note = "" if entry.get("decided") is not False else ": the bounds contain the threshold, ask a finer --precision"
         value = f"{str(entry['truth']).lower()} (value {value}{note})"

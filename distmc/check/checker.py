@@ -101,17 +101,19 @@ def _direction(storm_model: Any, formula: Any, initial: np.ndarray, env: Any, ex
 
 
 def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
-          precision: Precision | None = None) -> CheckResult:
+          precision: Precision | None = None, *, env: Any = None) -> CheckResult:
     """The property's value, bounds and truth at the initial state(s).
 
     A DTMC, or an MDP queried with ``min``/``max`` (given, or implied by a threshold), gives one number per
     initial state; an MDP queried without a direction gives ``{"min": Pmin, "max": Pmax}``. With several initial
     states the value is the range over them, ``{"min": ..., "max": ...}`` (the smallest minimum and the largest
     maximum), and a threshold holds when it holds in every one. ``storm_model`` is a rational model (built with
-    ``to_storm(..., exact=True)``) when ``precision.exact``.
+    ``to_storm(..., exact=True)``) when ``precision.exact``. ``env``: Storm settings to use instead of
+    :func:`environment`'s (for benchmarks; the bounds then state what ``precision`` would guarantee).
     """
     p = precision or Precision()
-    env = stormpy.environments.exact() if p.exact else environment(p)
+    if env is None:
+        env = stormpy.environments.exact() if p.exact else environment(p)
     single = kind == "dtmc" or spec.has_direction
     formulas = {"": spec.quantitative} if single else {d: spec.with_direction(d) for d in ("min", "max")}
     got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
