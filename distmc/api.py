@@ -12,7 +12,7 @@ from pathlib import Path
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
 from distmc.check.checker import EXACT_MAX_TRANSITIONS
-from distmc.check.dispatch import check_properties, single_property_states
+from distmc.check.dispatch import EXACT_TIMEOUT_S, check_properties, single_property_states
 from distmc.check.native import unsupported
 from distmc.check.properties import PropertySpec
 from distmc.check.result import CheckResult, Precision
@@ -345,8 +345,10 @@ def verify(
     if export_path is not None:
         export(induced, export_path)
     single = single_property_states(induced, parts.props, codec) if len(specs) > 1 else []
+    left = None if limits.timeout is None else limits.timeout - (time.perf_counter() - t0)
     checked = check_properties(parts.props, induced, checkers, prec,
-                               lambda: to_storm(induced, release=not keep_model, exact=exact))
+                               lambda: to_storm(induced, release=not keep_model, exact=exact),
+                               EXACT_TIMEOUT_S if left is None else max(1.0, min(EXACT_TIMEOUT_S, left)))
     t4 = time.perf_counter()
     t3 = t4 - sum(r.check_s for r in checked)  # the hand-off to Storm counts as assembly, as before
     entries = [result_entry(s.text, s.name, r) for s, r in zip(specs, checked, strict=True)]

@@ -23,9 +23,9 @@ MDP_PRECISION = DEFAULT_PRECISION
 #: state's value are within this of each other, so the reported value is within it of the exact one.
 DTMC_PRECISION = DEFAULT_PRECISION
 
-#: ``--exact`` checks models up to this many transitions with Storm's rational engine. Measured on brp (see
-#: ``benchmarks/RESULTS.md``): the rationals of the induced floats have hundreds of digits after a few steps, so
-#: the time grows far faster than the model.
+#: ``--exact`` checks models up to this many transitions with Storm's rational engine: a guard for its memory
+#: (every probability a GMP rational, whose digits grow in the elimination). Its time is limited separately
+#: (:data:`distmc.check.dispatch.EXACT_TIMEOUT_S`): it depends on the digits more than on the size.
 EXACT_MAX_TRANSITIONS = 200_000
 
 

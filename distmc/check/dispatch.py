@@ -10,6 +10,10 @@ is exactly what its own breadth-first search would reach (its successors are the
 from __future__ import annotations
 
 import dataclasses
+import os
+import pickle
+import select
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,10 +24,16 @@ from distmc.assemble.reducer import LABEL_CHUNK, InducedModel
 from distmc.check.checker import check
 from distmc.check.properties import PropertySet, PropertySpec
 from distmc.check.result import CheckResult, Precision, decide
-from distmc.errors import DistmcError
+from distmc.errors import DistmcError, ResourceLimitError
 from distmc.model.packing import StateCodec
 
-__all__ = ["check_native_result", "check_properties", "single_property_states"]
+__all__ = ["EXACT_TIMEOUT_S", "check_native_result", "check_properties", "single_property_states"]
+
+#: Seconds the exact engine may take (all properties together) unless ``--timeout`` leaves less. Its time depends
+#: on the digits of the rationals, not only on the model's size: the induced floats of a policy network have 53-bit
+#: denominators, and the bundled gridworld (N=6, 13,094 transitions) did not finish in 600 s, while crowds-5-5
+#: (13,041 transitions of the program's short decimals) took 0.18 s (``benchmarks/RESULTS.md``).
+EXACT_TIMEOUT_S = 120.0
 
 
 def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Precision) -> CheckResult:
@@ -58,13 +68,65 @@ def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Pr
                        checker="native")
 
 
+def _forked(fn: Callable[[], Any], timeout_s: float, partial: dict[str, Any]) -> Any:
+    """``fn()`` run in a forked child process, stopped (and reported) after ``timeout_s`` seconds.
+
+    Storm's exact engine cannot be interrupted from Python; a child process can. The child inherits the induced
+    model (no copy) and sends the result back pickled.
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(r)
+        try:
+            payload = pickle.dumps(("ok", fn()))
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+            payload = pickle.dumps(("error", exc if isinstance(exc, DistmcError) else DistmcError(str(exc))))
+        with os.fdopen(w, "wb") as out:
+            out.write(payload)
+        os._exit(0)
+    os.close(w)
+    chunks, deadline = [], time.monotonic() + timeout_s
+    with os.fdopen(r, "rb") as inp:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([inp], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise ResourceLimitError(
+                    f"--exact: Storm's exact engine did not finish within {timeout_s:.0f} s (the rationals of the "
+                    f"induced floats can have thousands of digits); run without --exact for a sound bound",
+                    partial,
+                )
+            data = inp.read1(1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+    os.waitpid(pid, 0)
+    if not chunks:
+        raise DistmcError("--exact: the exact check ended without an answer (its process was killed)")
+    kind, value = pickle.loads(b"".join(chunks))
+    if kind == "error":
+        raise value
+    return value
+
+
 def check_properties(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
-                     storm_model: Callable[[], Any]) -> list[CheckResult]:
+                     storm_model: Callable[[], Any], exact_timeout_s: float = EXACT_TIMEOUT_S) -> list[CheckResult]:
     """Check each property of ``props`` with its checker (``checkers[i]``: ``storm`` or ``native``).
 
     ``storm_model`` builds (once, on first use) Storm's model of ``induced``: it may release ``induced``'s
-    transitions, so the native checks run first.
+    transitions, so the native checks run first. With ``precision.exact`` every check runs in a child process
+    that is stopped after ``exact_timeout_s`` seconds.
     """
+    if precision.exact:
+        partial = {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0}
+        return _forked(lambda: _check_all(props, induced, checkers, precision, storm_model), exact_timeout_s, partial)
+    return _check_all(props, induced, checkers, precision, storm_model)
+
+
+def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
+               storm_model: Callable[[], Any]) -> list[CheckResult]:
     out: list[CheckResult | None] = [None] * len(props.specs)
     order = sorted(range(len(props.specs)), key=lambda i: checkers[i] != "native")
     built: list[Any] = []
