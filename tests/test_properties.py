@@ -249,3 +249,27 @@ def test_lower_step_bound_keeps_the_target_expanded() -> None:
     prog = stormpy.parse_prism_program(str(path))
     storm_model = stormpy.build_model(prog, stormpy.parse_properties("P=? [F[2,4] s=1]", prog))
     assert report.states == storm_model.nr_states  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", ["dtmc/brp-16-2.pm", "dtmc/leader-3-5.pm", "mdp/coin2-2.nm"])
+def test_relative_bounds_of_every_sound_kind_contain_the_exact_value(name: str) -> None:
+    path = STORM_FILES / name
+    model = load_model(path, None)
+    for prop in kinds(path, None):
+        if parse_properties(prop, model).specs[0].solution != "sound" or prop.startswith(("P>", "P<", "R{", "R<")):
+            continue
+        ref = _exact(path, None, prop)
+        if ref is None:
+            continue
+        (entry,) = verify(path, prop, mode="monolithic", precision=1e-5).results  # type: ignore[union-attr]
+        _check_entry(entry, ref)
+
+
+def test_globally_bounds_are_relative_to_the_iterated_complement() -> None:
+    # G phi = 1 - F !phi: a relative error on F !phi near 1 is an absolute one on a small G value
+    from distmc.check.result import Precision
+
+    lo, hi = Precision(1e-3, relative=True).interval(1e-6, probability=True, complement=True)
+    assert lo == 0.0 and hi >= 1e-6 + 1e-3 * (1 - 1e-6)
+    lo, hi = Precision(1e-3, relative=True).interval(1e-6, probability=True)
+    assert hi - lo == pytest.approx(2e-9)

@@ -118,13 +118,15 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
     formulas = {"": spec.quantitative} if single else {d: spec.with_direction(d) for d in ("min", "max")}
     got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
     probability = spec.operator in ("P", "LRA")  # long-run averages of a state formula are probabilities too
+    complement = isinstance(spec.formula.subformula, stormpy.logic.GloballyFormula)  # Storm: G phi = 1 - F !phi
     parts: dict[str, Any] = {}
     for d, g in got.items():
         vals = g["values"]
         if p.exact:
             lo, hi = g["lo"], g["hi"]
         elif spec.solution == "sound":
-            pairs = np.asarray([p.interval(v, probability) for v in vals.tolist()], dtype=np.float64).reshape(-1, 2)
+            pairs = np.asarray([p.interval(v, probability, complement) for v in vals.tolist()],
+                               dtype=np.float64).reshape(-1, 2)
             lo, hi = pairs[:, 0], pairs[:, 1]
         else:
             lo = hi = None

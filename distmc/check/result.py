@@ -53,17 +53,19 @@ class Precision:
             return cls(float(precision), relative=True, exact=exact)
         return cls(DEFAULT_PRECISION if precision_abs is None else float(precision_abs), exact=exact)
 
-    def interval(self, v: float, probability: bool) -> tuple[float, float]:
+    def interval(self, v: float, probability: bool, complement: bool = False) -> tuple[float, float]:
         """The bounds a sound method that returned ``v`` guarantees.
 
         Storm's sound value iteration returns the midpoint of its last lower and upper bounds, which are within
         ``eps`` (absolute) or ``eps * lower`` (relative) of each other, so the exact value is within half of that
         of ``v``; the interval given is twice as wide, a margin for the rounding of the iteration's own floating
-        point (which the method does not control). Probabilities are clipped to [0, 1].
+        point (which the method does not control). Probabilities are clipped to [0, 1]. ``complement``: ``v`` is
+        1 minus the value iterated (``G phi`` is ``1 - F !phi``), whose relative error is relative to ``1 - v``.
         """
         if not math.isfinite(v):
             return (v, v)
-        err = self.eps * abs(v) if self.relative else self.eps
+        scale = max(abs(v), abs(1.0 - v)) if complement else abs(v)
+        err = self.eps * scale if self.relative else self.eps
         lo, hi = v - err, v + err
         if probability:
             lo, hi = max(lo, 0.0), min(hi, 1.0)
