@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from distmc.api import verify
 
-ray = pytest.importorskip("ray", reason="the Ray driver needs ray")
+pytest.importorskip("ray", reason="the Ray driver needs ray")
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "distmc" / "examples" / "gridworld.prism"
 PROPS = ['P=? [F "crash"]', 'P>=0.5 [F<=10 "goal"]', 'R{"steps"}=? [F "goal"]', "P=? [X x=1]", 'S=? ["goal"]']
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 def test_several_properties_on_two_workers() -> None:
