@@ -17,7 +17,7 @@ import numpy as np
 
 from distmc.errors import DistmcError
 
-__all__ = ["DEFAULT_PRECISION", "CheckResult", "Precision", "Value", "decide"]
+__all__ = ["DEFAULT_PRECISION", "CheckResult", "Precision", "Value", "decide", "result_entry", "result_line"]
 
 #: Absolute precision of every unbounded check unless asked otherwise (``--precision-abs``).
 DEFAULT_PRECISION = 1e-12
@@ -121,3 +121,51 @@ def summarise(per_state: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | Non
     if lo is None or hi is None:
         return value, None
     return value, {"min": (float(lo.min()), float(hi.min())), "max": (float(lo.max()), float(hi.max()))}
+
+
+def _fmt(v: object) -> str:
+    return f"{v:.12g}" if isinstance(v, float) else str(v)
+
+
+def _value_text(value: object, bounds: object) -> str:
+    """``v (+-err)``, or ``[min (+-e), max (+-e)] (min, max)``."""
+    def one(v: float, b: object) -> str:
+        if b is None or v != v or abs(v) == float("inf"):
+            return _fmt(v)
+        pair: tuple[float, float] = tuple(b)  # type: ignore[arg-type,assignment]
+        lo, hi = pair
+        return f"{_fmt(v)} (+-{max(hi - v, v - lo):.2g})"
+
+    if isinstance(value, dict):
+        bd = bounds if isinstance(bounds, dict) else {}
+        return f"[{one(value['min'], bd.get('min'))}, {one(value['max'], bd.get('max'))}] (min, max)"
+    return one(value, bounds)  # type: ignore[arg-type]
+
+
+def result_entry(text: str, name: str | None, res: CheckResult) -> dict[str, object]:
+    """One property's entry of the report's ``results``: property, name, value (and truth), bounds, checker, ..."""
+    bounds: object = res.bounds
+    if isinstance(bounds, tuple):
+        bounds = list(bounds)
+    elif isinstance(bounds, dict):
+        bounds = {k: list(v) for k, v in bounds.items()}
+    entry: dict[str, object] = {"property": text, "name": name}
+    if res.truth is not None:
+        entry["truth"] = res.truth
+        entry["decided"] = res.decided
+    entry.update(value=res.value, bounds=bounds, method=res.method, checker=res.checker, check_s=res.check_s)
+    if res.exact is not None:
+        entry["exact"] = res.exact
+    return entry
+
+
+def result_line(entry: dict[str, object]) -> str:
+    """The text report's line of one property."""
+    label = entry["property"] if entry.get("name") is None else f'"{entry["name"]}": {entry["property"]}'
+    value = _value_text(entry["value"], None if entry.get("method") == "exact" else entry.get("bounds"))
+    if "truth" in entry:
+        note = "" if entry.get("decided") is not False else ": the bounds contain the threshold, ask a finer --precision"
+        value = f"{str(entry['truth']).lower()} (value {value}{note})"
+    if entry.get("exact") is not None:
+        value += f" = {entry['exact']}" if len(str(entry["exact"])) <= 40 else " (exact rational)"
+    return f"{label}  =  {value}"
