@@ -283,3 +283,13 @@ def test_long_run_average_is_accurate() -> None:
     reach, steady = report.results  # type: ignore[union-attr]
     assert steady["method"] == "other" and steady["bounds"] is None
     assert abs(reach["value"] - steady["value"]) <= 1e-12
+
+
+def test_several_reward_structures_on_one_model() -> None:
+    # firewire has "time" and "time_sending": with both in the induced model, Storm needs each R's structure named
+    path = STORM_FILES / "mdp" / "firewire.nm"
+    props = ['Rmin=? [F "elected"]', 'R{"time_sending"}max=? [F "elected"]']
+    together = verify(path, None, props=props, constants="delay=3,fast=0.5", mode="monolithic")
+    for prop, entry in zip(props, together.results, strict=True):  # type: ignore[union-attr]
+        alone = verify(path, prop, constants="delay=3,fast=0.5", mode="monolithic")
+        assert abs(entry["value"] - alone.result) <= 2e-12  # type: ignore[operator, union-attr]

@@ -281,13 +281,16 @@ def parse_property(text: str, model: Model, name: str | None = None) -> Property
                     f"property '{text}' names reward structure '{spec.reward_name}', which the model lacks "
                     f"(have: {[r.name for r in model.rewards]})"
                 )
-        elif len(model.rewards) > 1:
+        elif len(model.rewards) > 1:  # the first, as Storm takes it
             spec.reward_name = model.rewards[0].name
     spec.terminal = _terminal(original, model)
     # The formula for checking: PRISM labels expanded, so propositional parts are single atomic expressions.
     expanded = _LABEL_REF.sub(
         lambda m: f"({model.labels[m.group(1)].text})" if m.group(1) in model.labels else m.group(0), text
     )
+    if spec.is_reward and len(model.rewards) > 1 and spec.reward_name and not original.has_reward_model_name():
+        # name the structure: beside another property's, the induced model holds several and Storm needs the name
+        expanded = re.sub(r"^\s*R(?=(min|max)?\s*[=<>])", f'R{{"{spec.reward_name}"}}', expanded, count=1)
     spec.formula = _parse(expanded, model)
     if _has_opaque_combination(spec.formula):
         expanded = _expand_builtin(expanded, text, model)
