@@ -81,11 +81,6 @@ class PropertySpec:
     quantitative: Any = None
     solution: str = "sound"
 
-    @property
-    def label(self) -> str:
-        """The property as reports show it: its name and text, or its text."""
-        return self.text if self.name is None else f'"{self.name}": {self.text}'
-
     def terminal_mask(self, states: np.ndarray) -> np.ndarray:
         """``[B]`` bool: which of ``states`` ``[B, V]`` are not to be expanded."""
         out = np.zeros(states.shape[0], dtype=bool)
