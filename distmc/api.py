@@ -222,7 +222,9 @@ def verify(
             ``precision_abs``.
         precision_abs: absolute precision of the sound methods (``--precision-abs``; default 1e-12).
         exact: check with Storm's exact rational engine (models up to
-            :data:`~distmc.check.checker.EXACT_MAX_TRANSITIONS` transitions).
+            :data:`~distmc.check.checker.EXACT_MAX_TRANSITIONS` transitions; a check that takes longer than
+            :data:`~distmc.check.dispatch.EXACT_TIMEOUT_S`, or than ``timeout`` leaves, stops with
+            :class:`~distmc.errors.ResourceLimitError`).
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP

@@ -36,8 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--precision-abs", type=float, default=None, metavar="EPS",
                      help="absolute precision of the sound methods (default 1e-12)")
     run.add_argument("--exact", action="store_true",
-                     help="check with Storm's exact rational engine (small models; the induced probabilities taken "
-                          "as the rationals of their floats)")
+                     help="check with Storm's exact rational engine (the induced probabilities taken as the "
+                          "rationals of their floats; up to 200,000 transitions, stopped after 120 s or what "
+                          "--timeout leaves, exit 7)")
     run.add_argument("--const", default=None, help="undefined constants, e.g. N=3,p=0.1")
     run.add_argument("--policy", default="uniform",
                      help="'uniform', a TorchScript/state_dict .pt, a Stable-Baselines3 .zip (with --trust-policy), "
