@@ -29,7 +29,7 @@ DTMC_PRECISION = DEFAULT_PRECISION
 EXACT_MAX_TRANSITIONS = 200_000
 
 
-def environment(precision: Precision | None = None, long_run: bool = False) -> Any:
+def environment(precision: Precision | None = None, long_run: bool = False, sound_mdp: bool = True) -> Any:
     """Storm's solver settings distmc checks with (and the differential tests use for the reference).
 
     DTMCs: Storm's native solver with sound value iteration at absolute precision 1e-12 by default (a guaranteed
@@ -42,7 +42,10 @@ def environment(precision: Precision | None = None, long_run: bool = False) -> A
     average, whose equation systems use interval iteration, without Storm's forced soundness (which selects sound
     value iteration): with it Storm's long-run average on the gridworld was 1.2e-7 off (N=12; S=? ["crash"]
     equals P=? [F "crash"] there), with interval iteration 1.8e-14 (1.5 s against 0.86 s; 9.4 s at N=16, where
-    Storm's default gmm++ takes 0.67 s and is 3.8e-7 off).
+    Storm's default gmm++ takes 0.67 s and is 3.8e-7 off). ``sound_mdp=False``: MDPs by Storm's default
+    topological min-max value iteration at the precision (relative criterion), as before sound MDP checks: the
+    MOSAIC front end's abstract MDPs (:func:`value_vector`), on which sound value iteration ran for minutes
+    (``benchmarks/RESULTS.md``).
     """
     p = precision or Precision()
     env = stormpy.Environment()
@@ -54,8 +57,10 @@ def environment(precision: Precision | None = None, long_run: bool = False) -> A
     native.precision = stormpy.Rational(p.eps)
     native.relative_termination_criterion = p.relative
     min_max = solver.min_max()
-    min_max.method = stormpy.environments.MinMaxMethod.SOUND_VALUE_ITERATION
     min_max.precision = stormpy.Rational(p.eps)
+    if not sound_mdp:
+        return env
+    min_max.method = stormpy.environments.MinMaxMethod.SOUND_VALUE_ITERATION
     min_max.relative_termination_criterion = p.relative
     # Forcing soundness makes Storm pick sound value iteration for every equation system, the long-run ones too
     solver.force_soundness = not long_run
@@ -74,8 +79,13 @@ def _model_check(storm_model: Any, formula: Any, only_initial_states: bool, env:
 
 
 def value_vector(storm_model: Any, formula: Any) -> np.ndarray:
-    """The value of ``formula`` (a Storm formula) in every state ``[N]``, with distmc's solver settings."""
-    return np.asarray(_model_check(storm_model, formula, False, environment()).get_value_vector(), dtype=np.float64)
+    """The value of ``formula`` (a Storm formula) in every state ``[N]``; MDPs by Storm's default min-max method.
+
+    The MOSAIC front end's (:mod:`distmc.abstract.mdp`) check, whose abstract MDPs sound value iteration took
+    minutes on (see :func:`environment`'s ``sound_mdp``).
+    """
+    env = environment(sound_mdp=False)
+    return np.asarray(_model_check(storm_model, formula, False, env).get_value_vector(), dtype=np.float64)
 
 
 def _rational(v: Any) -> Fraction | float:
