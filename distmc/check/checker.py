@@ -37,7 +37,7 @@ def environment(precision: Precision | None = None, long_run: bool = False, soun
     Storm's Eigen solver, which was neither exact nor fast (measured: 2.6e-8 off on the bundled gridworld, N=6,
     against value iteration in numpy, which the value now matches to 1e-12, ``tests/test_checker.py``; 3.9e-9 off
     and 150x as long, 2.7 s against 0.018 s, on the Crazy Climber benchmark's 44,032 states). MDPs: Storm's sound
-    value iteration for min-max problems at the same precision (bounds from below and above, as for DTMCs).
+    interval iteration for min-max problems at the same precision (bounds from below and above, as for DTMCs).
     ``precision``: ``--precision`` / ``--precision-abs`` (default: 1e-12 absolute). ``long_run``: a long-run
     average, whose equation systems use interval iteration, without Storm's forced soundness (which selects sound
     value iteration): with it Storm's long-run average on the gridworld was 1.2e-7 off (N=12; S=? ["crash"]
@@ -60,7 +60,10 @@ def environment(precision: Precision | None = None, long_run: bool = False, soun
     min_max.precision = stormpy.Rational(p.eps)
     if not sound_mdp:
         return env
-    min_max.method = stormpy.environments.MinMaxMethod.SOUND_VALUE_ITERATION
+    # interval iteration, not sound value iteration: Storm's sound value iteration for MDPs did not finish in 120 s
+    # on the delivery benchmark in Storm's own state order (Pmax=? [F "delivered"], 1,237 states), where interval
+    # iteration takes 1 ms; in distmc's order both took 2 ms (benchmarks/RESULTS.md)
+    min_max.method = stormpy.environments.MinMaxMethod.INTERVAL_ITERATION
     min_max.relative_termination_criterion = p.relative
     # Forcing soundness makes Storm pick sound value iteration for every equation system, the long-run ones too
     solver.force_soundness = not long_run
@@ -81,8 +84,8 @@ def _model_check(storm_model: Any, formula: Any, only_initial_states: bool, env:
 def value_vector(storm_model: Any, formula: Any) -> np.ndarray:
     """The value of ``formula`` (a Storm formula) in every state ``[N]``; MDPs by Storm's default min-max method.
 
-    The MOSAIC front end's (:mod:`distmc.abstract.mdp`) check, whose abstract MDPs sound value iteration took
-    minutes on (see :func:`environment`'s ``sound_mdp``).
+    The MOSAIC front end's (:mod:`distmc.abstract.mdp`) check, left with the min-max settings it was written and
+    measured with (``environment(sound_mdp=False)``).
     """
     env = environment(sound_mdp=False)
     return np.asarray(_model_check(storm_model, formula, False, env).get_value_vector(), dtype=np.float64)

@@ -56,10 +56,11 @@ class Precision:
     def interval(self, v: float, probability: bool, complement: bool = False) -> tuple[float, float]:
         """The bounds a sound method that returned ``v`` guarantees.
 
-        Storm's sound value iteration returns the midpoint of its last lower and upper bounds, which are within
-        ``eps`` (absolute) or ``eps * lower`` (relative) of each other, so the exact value is within half of that
-        of ``v``; the interval given is twice as wide, a margin for the rounding of the iteration's own floating
-        point (which the method does not control). Probabilities are clipped to [0, 1]. ``complement``: ``v`` is
+        Storm's sound value iteration (DTMCs) returns the midpoint of its last lower and upper bounds, which are
+        within ``eps`` (absolute) or ``eps * lower`` (relative) of each other, so the exact value is within half
+        of that of ``v``; the interval given is twice as wide, a margin for the rounding of the iteration's own
+        floating point (which the method does not control). Interval iteration (MDPs) stops at the same
+        criterion; the interval holds whether it returns the midpoint or an end of its last interval. Probabilities are clipped to [0, 1]. ``complement``: ``v`` is
         1 minus the value iterated (``G phi`` is ``1 - F !phi``), whose relative error is relative to ``1 - v``.
         """
         if not math.isfinite(v):
