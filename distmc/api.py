@@ -177,6 +177,7 @@ def verify(
     precision: float | None = None,
     precision_abs: float | None = None,
     exact: bool = False,
+    sound_mdp: bool = False,
 ) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
@@ -225,6 +226,8 @@ def verify(
             :data:`~distmc.check.checker.EXACT_MAX_TRANSITIONS` transitions; a check that takes longer than
             :data:`~distmc.check.dispatch.EXACT_TIMEOUT_S`, or than ``timeout`` leaves, stops with
             :class:`~distmc.errors.ResourceLimitError`).
+        sound_mdp: check induced MDPs by Storm's interval iteration, with bounds (``--sound-mdp``); else by
+            Storm's default min-max method, which states none.
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP
@@ -245,7 +248,7 @@ def verify(
     prop = "; ".join(texts) if texts else None
     if resume is None and (model_path is None or prop is None):
         raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
-    prec = Precision.from_options(precision, precision_abs, exact)
+    prec = Precision.from_options(precision, precision_abs, exact, sound_mdp)
     if exact and checker == "native":
         raise DistmcError("--exact checks with Storm's exact engine: not with --checker native")
     if prec.relative and checker == "native":

@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="relative precision of the sound methods: their bounds within EPS x the value")
     run.add_argument("--precision-abs", type=float, default=None, metavar="EPS",
                      help="absolute precision of the sound methods (default 1e-12)")
+    run.add_argument("--sound-mdp", action="store_true",
+                     help="check induced MDPs (monolithic mode, same-label choices) by Storm's interval iteration, "
+                          "with bounds; default: Storm's min-max value iteration, no bounds")
     run.add_argument("--exact", action="store_true",
                      help="check with Storm's exact rational engine (the induced probabilities taken as the "
                           "rationals of their floats; up to 200,000 transitions, stopped after 120 s or what "
@@ -168,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 precision=args.precision,
                 precision_abs=args.precision_abs,
                 exact=args.exact,
+                sound_mdp=args.sound_mdp,
             )
     except DistmcError as exc:
         if args.debug:

@@ -203,7 +203,8 @@ def test_monolithic_mdp_bounds_contain_the_exact_value() -> None:
             continue
         ref = _exact(path, None, prop)
         assert ref is not None
-        (entry,) = verify(path, prop, mode="monolithic", precision=1e-6).results  # type: ignore[union-attr]
+        (entry,) = verify(path, prop, mode="monolithic", precision=1e-6, sound_mdp=True).results  # type: ignore[union-attr]
+        assert entry["method"] == "sound"
         _check_entry(entry, ref)
 
 
@@ -261,7 +262,7 @@ def test_relative_bounds_of_every_sound_kind_contain_the_exact_value(name: str) 
         ref = _exact(path, None, prop)
         if ref is None:
             continue
-        (entry,) = verify(path, prop, mode="monolithic", precision=1e-5).results  # type: ignore[union-attr]
+        (entry,) = verify(path, prop, mode="monolithic", precision=1e-5, sound_mdp=True).results  # type: ignore[union-attr]
         _check_entry(entry, ref)
 
 

@@ -29,23 +29,23 @@ DTMC_PRECISION = DEFAULT_PRECISION
 EXACT_MAX_TRANSITIONS = 200_000
 
 
-def environment(precision: Precision | None = None, long_run: bool = False, sound_mdp: bool = True) -> Any:
+def environment(precision: Precision | None = None, long_run: bool = False, sound_mdp: bool | None = None) -> Any:
     """Storm's solver settings distmc checks with (and the differential tests use for the reference).
 
     DTMCs: Storm's native solver with sound value iteration at absolute precision 1e-12 by default (a guaranteed
     error bound), instead of Storm's default iterative gmm++ at relative precision 1e-6 (no guarantee). It replaced
     Storm's Eigen solver, which was neither exact nor fast (measured: 2.6e-8 off on the bundled gridworld, N=6,
     against value iteration in numpy, which the value now matches to 1e-12, ``tests/test_checker.py``; 3.9e-9 off
-    and 150x as long, 2.7 s against 0.018 s, on the Crazy Climber benchmark's 44,032 states). MDPs: Storm's sound
-    interval iteration for min-max problems at the same precision (bounds from below and above, as for DTMCs).
+    and 150x as long, 2.7 s against 0.018 s, on the Crazy Climber benchmark's 44,032 states). MDPs: Storm's default
+    topological min-max value iteration at the precision (relative criterion; it states no bound), unless
+    ``sound_mdp`` (default: the precision's, ``--sound-mdp``): then Storm's interval iteration, with bounds. That
+    is not the default: interval iteration ran for minutes on a reward property of a benchmark MDP, and Storm's
+    sound value iteration for MDPs did not finish on another (``benchmarks/RESULTS.md``).
     ``precision``: ``--precision`` / ``--precision-abs`` (default: 1e-12 absolute). ``long_run``: a long-run
     average, whose equation systems use interval iteration, without Storm's forced soundness (which selects sound
     value iteration): with it Storm's long-run average on the gridworld was 1.2e-7 off (N=12; S=? ["crash"]
     equals P=? [F "crash"] there), with interval iteration 1.8e-14 (1.5 s against 0.86 s; 9.4 s at N=16, where
-    Storm's default gmm++ takes 0.67 s and is 3.8e-7 off). ``sound_mdp=False``: MDPs by Storm's default
-    topological min-max value iteration at the precision (relative criterion), as before sound MDP checks: the
-    MOSAIC front end's abstract MDPs (:func:`value_vector`), on which sound value iteration ran for minutes
-    (``benchmarks/RESULTS.md``).
+    Storm's default gmm++ takes 0.67 s and is 3.8e-7 off).
     """
     p = precision or Precision()
     env = stormpy.Environment()
@@ -58,7 +58,8 @@ def environment(precision: Precision | None = None, long_run: bool = False, soun
     native.relative_termination_criterion = p.relative
     min_max = solver.min_max()
     min_max.precision = stormpy.Rational(p.eps)
-    if not sound_mdp:
+    if not (p.sound_mdp if sound_mdp is None else sound_mdp):
+        solver.force_soundness = False
         return env
     # interval iteration, not sound value iteration: Storm's sound value iteration for MDPs did not finish in 120 s
     # on the delivery benchmark in Storm's own state order (Pmax=? [F "delivered"], 1,237 states), where interval
@@ -137,6 +138,8 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
     single = kind == "dtmc" or spec.has_direction
     formulas = {"": spec.quantitative} if single else {d: spec.with_direction(d) for d in ("min", "max")}
     got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
+    # an MDP's bounds only from interval iteration (--sound-mdp); Storm's default min-max method states none
+    sound = spec.solution == "sound" and (kind == "dtmc" or p.sound_mdp)
     probability = spec.operator in ("P", "LRA")  # long-run averages of a state formula are probabilities too
     complement = isinstance(spec.formula.subformula, stormpy.logic.GloballyFormula)  # Storm: G phi = 1 - F !phi
     parts: dict[str, Any] = {}
@@ -144,7 +147,7 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
         vals = g["values"]
         if p.exact:
             lo, hi = g["lo"], g["hi"]
-        elif spec.solution == "sound":
+        elif sound:
             pairs = np.asarray([p.interval(v, probability, complement) for v in vals.tolist()],
                                dtype=np.float64).reshape(-1, 2)
             lo, hi = pairs[:, 0], pairs[:, 1]
@@ -172,7 +175,7 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
         exact_text = texts[""][0] if single and len(initial) == 1 else {
             d: ", ".join(t) for d, t in texts.items()
         }
-    method = "exact" if p.exact else spec.solution
+    method = "exact" if p.exact else ("iterative" if spec.solution == "sound" and not sound else spec.solution)
     return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, exact=exact_text, method=method)
 
 

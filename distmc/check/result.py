@@ -39,19 +39,22 @@ class Precision:
     eps: float = DEFAULT_PRECISION
     relative: bool = False
     exact: bool = False
+    sound_mdp: bool = False  # MDPs by interval iteration, with bounds (--sound-mdp); else Storm's default, none
 
     def __post_init__(self) -> None:
         if not (0.0 < self.eps < 1.0):
             raise DistmcError(f"--precision{'' if self.relative else '-abs'} must be in (0, 1), not {self.eps}")
 
     @classmethod
-    def from_options(cls, precision: float | None, precision_abs: float | None, exact: bool = False) -> Precision:
+    def from_options(cls, precision: float | None, precision_abs: float | None, exact: bool = False,
+                     sound_mdp: bool = False) -> Precision:
         """``--precision`` (relative) or ``--precision-abs`` (absolute), at most one; neither: 1e-12 absolute."""
         if precision is not None and precision_abs is not None:
             raise DistmcError("give --precision (relative) or --precision-abs (absolute), not both")
         if precision is not None:
-            return cls(float(precision), relative=True, exact=exact)
-        return cls(DEFAULT_PRECISION if precision_abs is None else float(precision_abs), exact=exact)
+            return cls(float(precision), relative=True, exact=exact, sound_mdp=sound_mdp)
+        return cls(DEFAULT_PRECISION if precision_abs is None else float(precision_abs), exact=exact,
+                   sound_mdp=sound_mdp)
 
     def interval(self, v: float, probability: bool, complement: bool = False) -> tuple[float, float]:
         """The bounds a sound method that returned ``v`` guarantees.
@@ -73,7 +76,9 @@ class Precision:
         return (lo, hi)
 
     def describe(self) -> str:
-        return "exact" if self.exact else f"{self.eps:g} {'relative' if self.relative else 'absolute'}"
+        if self.exact:
+            return "exact"
+        return f"{self.eps:g} {'relative' if self.relative else 'absolute'}" + (", sound MDPs" if self.sound_mdp else "")
 
 
 @dataclass(frozen=True)
