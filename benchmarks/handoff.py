@@ -37,7 +37,7 @@ def child(way: str, model: str, constants: str, prop: str) -> dict[str, float]:
     dt = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     spec = parse_property(prop, load_model(model, constants))
-    value = check(storm_model, spec, induced.kind, induced.initial)
+    value = check(storm_model, spec, induced.kind, induced.initial).value
     return {"seconds": dt, "peak_before_mb": before, "peak_mb": peak, "states": storm_model.nr_states,
             "transitions": storm_model.nr_transitions, "value": value}
 

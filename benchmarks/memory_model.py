@@ -58,7 +58,7 @@ def one(model: str, const: str, workers: int) -> dict[str, object]:
     out["rss_assembled"] = _rss()
     sm = to_storm(induced)
     out["rss_storm"] = _rss()
-    out["result"] = check(sm, parts.spec, induced.kind, induced.initial)
+    out["result"] = check(sm, parts.spec, induced.kind, induced.initial).value
     out.update(states=induced.n_states, transitions=induced.n_transitions, workers=ws)
     ray.shutdown()
     return out

@@ -9,14 +9,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
-from distmc.check.checker import DTMC_PRECISION, check, check_values
-from distmc.check.native import LocalEngine, at_initial, check_native, matrix_of, unsupported, values_of
+from distmc.check.checker import EXACT_MAX_TRANSITIONS, check_values
+from distmc.check.dispatch import EXACT_TIMEOUT_S, check_properties, single_property_states
+from distmc.check.native import LocalEngine, at_initial, matrix_of, unsupported, values_of
 from distmc.check.properties import PropertySpec
+from distmc.check.result import CheckResult, Precision, result_entry, result_line, summarise
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
 from distmc.explain.report import Explain, summary_lines
 from distmc.explore.checkpoint import Checkpoint
@@ -163,6 +163,11 @@ class Report:
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor: states, batches, bytes sent, ...
     restarts: int = 0  # workers lost and replaced from the checkpoint
     checker: str = "storm"  # "storm", "native" (distmc's value iteration, :mod:`distmc.check.native`) or "distributed"
+    bounds: list[float] | dict[str, list[float]] | None = None  # guaranteed to contain the exact value (see result.py)
+    truth: bool | None = None  # a threshold property's truth value at the initial states
+    precision: str = "1e-12 absolute"  # what the sound methods were asked for
+    results: list[dict[str, object]] = field(default_factory=list)  # one per property, see :func:`result_entry`
+    single_states: list[int] = field(default_factory=list)  # several properties: each one's own model's states
     # resident-set peaks in bytes: this process, and each Ray worker (none in-process)
     memory: dict[str, object] = field(default_factory=lambda: {"driver_peak_bytes": 0, "worker_peak_bytes": []})
     # --traces K: the K most probable paths to the target, [{"probability", "path": [{"state", "action", "pi",
@@ -179,15 +184,20 @@ class Report:
         return json.dumps(d, indent=2)
 
     def summary(self) -> str:
-        r = self.result
-        res = f"{r:.12g}" if isinstance(r, float) else f"[{r['min']:.12g}, {r['max']:.12g}] (min, max)"
         t = self.timings
+        lines = "\n".join(result_line(r) for r in self.results) if self.results else f"{self.property}  =  {self.result}"
+        cost = ""
+        if len(self.single_states) > 1:
+            largest = max(self.single_states)
+            cost = (f"\n  one exploration for {len(self.single_states)} properties: {self.states - largest} states "
+                    f"more than the largest single-property model ({largest} states)")
         return (
-            f"{self.property}  =  {res}\n"
+            f"{lines}\n"
             f"  model {self.model} ({self.mode}, policy {self.policy}); induced {self.induced}: "
             f"{self.states} states, {self.transitions} transitions, {self.choices} rows, depth {self.depth}\n"
             f"  time: {_time_line(t)}"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
+            + cost
             + "".join(f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states,
                                                                self.result))
         )
@@ -224,6 +234,11 @@ def verify(
     values: str | Path | None = None,
     plot: str | Path | None = None,
     plot_vars: str | None = None,
+    props: list[str] | None = None,
+    precision: float | None = None,
+    precision_abs: float | None = None,
+    exact: bool = False,
+    sound_mdp: bool = False,
 ) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
@@ -271,6 +286,18 @@ def verify(
             (:mod:`distmc.explain.values`); ``Report.riskiest_states`` lists the 5 states most at risk.
         plot: also draw the values as a heatmap over two variables into this image (:mod:`distmc.explain.plot`).
         plot_vars: the heatmap's variables, ``"x,y"`` (default: the first two int variables).
+        props: more properties (each may hold several, ``;``-separated, and ``const`` definitions), all checked on
+            one exploration; ``report.results`` has one entry each.
+        precision: relative precision of the sound methods (``--precision``); at most one of it and
+            ``precision_abs``.
+        precision_abs: absolute precision of the sound methods (``--precision-abs``; default 1e-12).
+        exact: check with Storm's exact rational engine (models up to
+            :data:`~distmc.check.checker.EXACT_MAX_TRANSITIONS` transitions; a check that takes longer than
+            :data:`~distmc.check.dispatch.EXACT_TIMEOUT_S`, or than ``timeout`` leaves, stops with
+            :class:`~distmc.errors.ResourceLimitError`).
+        sound_mdp: check induced MDPs by Storm's interval iteration, with bounds (``--sound-mdp``); else by
+            Storm's default min-max method, which states none.
+
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP
@@ -287,8 +314,16 @@ def verify(
         raise DistmcError(f"--checker must be auto, storm, native or distributed, not '{checker}'")
     if not 0.0 <= threshold < 1.0:
         raise DistmcError(f"--threshold must be in [0, 1), not {threshold}")
+    texts = ([prop] if prop is not None else []) + list(props or [])
+    prop = "; ".join(texts) if texts else None
     if resume is None and (model_path is None or prop is None):
         raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
+    prec = Precision.from_options(precision, precision_abs, exact, sound_mdp)
+    if exact and checker in ("native", "distributed"):
+        raise DistmcError(f"--exact checks with Storm's exact engine: not with --checker {checker}")
+    if prec.relative and checker in ("native", "distributed"):
+        raise DistmcError(f"the {checker} checker checks to an absolute precision only (--precision-abs): use "
+                          "--checker storm for --precision")
     limits = Limits(max_states, parse_memory(max_memory), parse_duration(timeout))
     clock = PhaseClock(phases)
     clock.start("parsing")
@@ -319,8 +354,13 @@ def verify(
                           "--checker storm or native, which gather it into this process")
     parts = job.build(explorer=driver == "local")
     model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
+    specs = parts.props.specs
     explain = Explain(traces, values, plot, plot_vars)
+    if explain.active and len(specs) > 1:
+        raise DistmcError("--traces, --values and --plot explain one property: give one --prop with them")
     explain.validate(parts)
+    if checker == "distributed" and len(specs) > 1:
+        raise DistmcError("--checker distributed checks one property a run (give one --prop), or use --checker auto")
     if checkpoint_dir is not None and ckpt is None:
         ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names, checker=checker)
     clock.start("exploring", driver)
@@ -331,7 +371,8 @@ def verify(
                           "storm or native with them (--values alone works with --checker distributed: each "
                           "worker writes its part of the table)")
     rows_stay = (driver == "ray" and checker in ("auto", "distributed") and export_path is None and not keep_model
-                 and (not explain.active or values_on_workers))
+                 and (not explain.active or values_on_workers) and len(specs) == 1 and not exact
+                 and not prec.relative)
     bounds = None
     if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
@@ -352,7 +393,7 @@ def verify(
                                        sum(int(w.get("rss", 0)) for w in ray_rows.worker_stats))
             if used == "distributed":
                 clock.start("checking", "distributed, on the Ray workers")
-                out = ray_rows.check(DTMC_PRECISION, progress=progress,
+                out = ray_rows.check(prec.eps, progress=progress,
                                      values_dir=str(values) if values_on_workers else None)
                 if values_on_workers:
                     explain.at_risk = out["at_risk"]
@@ -360,50 +401,62 @@ def verify(
                 # the workers build their parts of the model (and the exchange plan) first: that is assembly
                 timings["assemble_s"] += float(out["build_s"])
                 timings["check_s"] -= float(out["build_s"])
-                result = at_initial(out["value"], np.arange(out["value"].shape[0]))
-                bounds = (at_initial(out["lower"], np.arange(out["lower"].shape[0])),
-                          at_initial(out["upper"], np.arange(out["upper"].shape[0])))
+                sound = spec.solution == "sound"
+                value, bounds = summarise(out["value"], out["lower"] if sound else None,
+                                          out["upper"] if sound else None)
+                res = CheckResult(value, bounds, method="sound" if sound else "steps", checker="distributed",
+                                  check_s=timings["check_s"])
                 ok = True
-                report = _distributed_report(job, parts, workers, driver, ray_rows, result, timings)
+                report = _distributed_report(job, parts, workers, driver, ray_rows, res, timings, prec)
                 report.riskiest_states = explain.at_risk
                 return report
             explored = ray_rows.gather()
             ok = True
         finally:
             ray_rows.close(ok)
-    induced = assemble(explored, model, codec, spec.atoms, reward_names, force_mdp=parts.force_mdp)
+    induced = assemble(explored, model, codec, parts.props.atoms, reward_names, force_mdp=parts.force_mdp)
     explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
     if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
         explain.before_check(induced, parts, job, phase=clock.start)
-    used = _choose_checker(checker if checker != "auto" or driver == "local" else "storm", limits, induced, spec,
-                           int(explored.stats.get("depth", 0)), release=not keep_model)
+    if exact and induced.n_transitions > EXACT_MAX_TRANSITIONS:
+        raise DistmcError(f"--exact: the induced model has {induced.n_transitions} transitions, more than the exact "
+                          f"engine's limit of {EXACT_MAX_TRANSITIONS}; run without --exact for a sound bound")
+    asked = checker if checker != "auto" or driver == "local" else "storm"  # Ray's auto chose Storm: it fits
+    checkers = ["storm" if exact else _choose_checker(asked, limits, induced, s, int(explored.stats.get("depth", 0)),
+                                                      release=not keep_model) for s in specs]
+    used = checkers[0] if len(set(checkers)) == 1 else "+".join(dict.fromkeys(checkers))
     if export_path is not None:
         clock.start("exporting", str(export_path))
         export(induced, export_path)
-    vectors: dict = {}
-    if used == "native":
-        clock.start("checking", "distmc's native value iteration")
-        if explain.wants_values:
-            vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail), induced, spec)[0]}
-            result = at_initial(vectors["value"], induced.initial)
-        else:
-            result = check_native(induced, spec, progress=clock.detail)
-    else:
-        clock.start("handing to Storm")
-        storm_model = to_storm(induced, release=not keep_model)
-        clock.start("checking", "Storm")
-        if explain.wants_values:
-            result, vectors = check_values(storm_model, spec, induced.kind, induced.initial)
-        else:
-            result = check(storm_model, spec, induced.kind, induced.initial)
-    if explain.wants_values:
-        explain.after_check(induced, parts, vectors,
+    single = single_property_states(induced, parts.props, codec) if len(specs) > 1 else []
+    if explain.wants_values:  # one property: its value in every state, from the same solver run as the result
+        checked = [_check_explained(induced, spec, used, explain, keep_model, clock)]
+        explain.after_check(induced, parts, explain.vectors,
                             f"{job.prop} on {Path(job.model_path).name}, policy {_policy_name(parts, job.policy)}",
                             phase=clock.start)
+    else:
+        clock.start("checking", "distmc's native value iteration" if "native" in checkers else "Storm")
+        left = None if limits.timeout is None else limits.timeout - clock.elapsed()
+        storm_box: list[object] = []
+
+        def storm_model() -> object:  # handed over once, when the first property Storm checks needs it
+            if not storm_box:
+                clock.start("handing to Storm")
+                storm_box.append(to_storm(induced, release=not keep_model, exact=exact))
+                clock.start("checking", "Storm")
+            return storm_box[0]
+
+        checked = check_properties(parts.props, induced, checkers, prec, storm_model,
+                                   EXACT_TIMEOUT_S if left is None else max(1.0, min(EXACT_TIMEOUT_S, left)))
     timings = clock.stop()
-    del bounds
+    entries = [result_entry(sp.text, sp.name, r) for sp, r in zip(specs, checked, strict=True)]
     report = Report(
-        result=result,
+        result=checked[0].value,
+        bounds=entries[0]["bounds"],  # type: ignore[arg-type]
+        truth=checked[0].truth,
+        precision=prec.describe(),
+        results=entries,
+        single_states=single,
         states=induced.n_states,
         transitions=induced.n_transitions,
         mode=job.mode,  # after --resume: the checkpoint's, not this call's defaults
@@ -436,12 +489,34 @@ def _policy_name(parts: Parts, policy: str | None) -> str:
     return parts.policy.name if parts.policy else (Path(str(policy)).name if parts.uses_policy else "none")
 
 
-def _distributed_report(job: Job, parts: Parts, workers: int, driver: str, rows: RayRows,
-                        result: float | dict[str, float], timings: dict[str, float]) -> Report:
+def _check_explained(induced: InducedModel, spec: PropertySpec, used: str, explain: Explain, keep_model: bool,
+                     clock: PhaseClock) -> CheckResult:
+    """One property's check that also gives its value in every state (``explain.vectors``), for --values/--plot.
+
+    The per-state vector comes from the same solver run as the result; the result states no bounds.
+    """
+    if used == "native":
+        clock.start("checking", "distmc's native value iteration")
+        explain.vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail), induced, spec)[0]}
+        value = at_initial(explain.vectors["value"], induced.initial)
+    else:
+        clock.start("handing to Storm")
+        storm_model = to_storm(induced, release=not keep_model)
+        clock.start("checking", "Storm")
+        value, explain.vectors = check_values(storm_model, spec, induced.kind, induced.initial)
+    return CheckResult(value, None, method="other", checker=used)
+
+
+def _distributed_report(job: Job, parts: Parts, workers: int, driver: str, rows: RayRows, res: CheckResult,
+                        timings: dict[str, float], prec: Precision) -> Report:
     """The report of a run checked on the Ray workers (no induced model in this process)."""
     stats = rows.stats
+    entry = result_entry(parts.spec.text, parts.spec.name, res)
     return Report(
-        result=result,
+        result=res.value,
+        bounds=entry["bounds"],  # type: ignore[arg-type]
+        precision=prec.describe(),
+        results=[entry],
         states=rows.n_states,
         transitions=rows.n_transitions,
         mode=job.mode,

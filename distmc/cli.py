@@ -33,8 +33,23 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="explore, assemble and check")
     run.add_argument("model", nargs="?", default=None,
                      help="PRISM file (dtmc or mdp), or 'example' for the bundled gridworld (not needed with --resume)")
-    run.add_argument("--prop", default=None,
-                     help='PCTL property, e.g. \'P=? [F "crash"]\' (required unless --resume)')
+    run.add_argument("--prop", action="append", default=None,
+                     help='PCTL property, e.g. \'P=? [F "crash"]\', \'P>=0.9 [F "goal"]\', \'S=? ["goal"]\'; repeat it, '
+                          "or separate properties with ';', to check several on one exploration")
+    run.add_argument("--props", default=None, metavar="FILE",
+                     help='a PRISM properties file (one property per line or ;-separated, "name": P=? [...], const '
+                          "definitions), checked on one exploration with any --prop")
+    run.add_argument("--precision", type=float, default=None, metavar="EPS",
+                     help="relative precision of the sound methods: their bounds within EPS x the value")
+    run.add_argument("--precision-abs", type=float, default=None, metavar="EPS",
+                     help="absolute precision of the sound methods (default 1e-12)")
+    run.add_argument("--sound-mdp", action="store_true",
+                     help="check induced MDPs (monolithic mode, same-label choices) by Storm's interval iteration, "
+                          "with bounds; default: Storm's min-max value iteration, no bounds")
+    run.add_argument("--exact", action="store_true",
+                     help="check with Storm's exact rational engine (the induced probabilities taken as the "
+                          "rationals of their floats; up to 200,000 transitions, stopped after 120 s or what "
+                          "--timeout leaves, exit 7)")
     run.add_argument("--const", default=None, help="undefined constants, e.g. N=3,p=0.1")
     run.add_argument("--policy", default="uniform",
                      help="'uniform', a TorchScript/state_dict .pt, a Stable-Baselines3 .zip (with --trust-policy), "
@@ -150,6 +165,21 @@ def _example_policy(policy: str, interface: str | None) -> tuple[str, str | None
     return str(examples / "gridworld_policy.pt"), interface or str(examples / "gridworld_policy.json")
 
 
+def _read_props(path: str) -> list[str]:
+    """The statements of a PRISM properties file (see :func:`distmc.check.properties.split_statements`)."""
+    from distmc.check.properties import split_statements
+    from distmc.errors import PropertyError
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise PropertyError(f"--props {path}: cannot read it ({exc.strerror})") from None
+    statements = split_statements(text)
+    if not statements:
+        raise PropertyError(f"--props {path}: the file holds no property")
+    return statements
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmc`` command."""
     parser = _parser()
@@ -157,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("abstract", "scale"):
         return int(args.handler(args))
     run_parser = _subparser(parser, "run")
-    if args.resume is None and (args.model is None or args.prop is None):
-        run_parser.error("a MODEL and --prop are required (or --resume DIR to continue a checkpointed run)")
+    if args.resume is None and (args.model is None or (args.prop is None and args.props is None)):
+        run_parser.error("a MODEL and --prop (or --props) are required (or --resume DIR to continue a checkpointed "
+                         "run)")
     if args.export is not None and Path(args.export).suffix not in (".drn", ".umb"):
         # Checked before the run, not after it: the file's suffix chooses the format.
         run_parser.error(f"--export {args.export}: the file name must end in .drn or .umb")
@@ -169,10 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         from distmc.api import verify
 
         policy, interface = _example_policy(args.policy, args.interface)
+        texts = list(args.prop or [])
+        if args.props is not None:
+            texts += _read_props(args.props)
         with LiveProgress(enabled=not args.quiet) as progress:
             report = verify(
                 None if args.model is None else _example_path(args.model),
-                args.prop,
+                "; ".join(texts) if texts else None,
                 constants=args.const,
                 policy=policy,
                 interface=interface,
@@ -199,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                 values=args.values,
                 plot=args.plot,
                 plot_vars=args.plot_vars,
+                precision=args.precision,
+                precision_abs=args.precision_abs,
+                exact=args.exact,
+                sound_mdp=args.sound_mdp,
             )
     except KeyboardInterrupt:
         if args.debug:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from distmc.check.properties import PropertySpec, parse_property
+from distmc.check.properties import PropertySet, PropertySpec, parse_properties
 from distmc.errors import DistmcError
 from distmc.explore.expander import MODES, Expander
 from distmc.model.kernel import Kernel
@@ -25,7 +25,7 @@ class Job:
     """The inputs of a run (see :func:`distmc.api.verify` for their meaning)."""
 
     model_path: str
-    prop: str
+    prop: str  # one property, or several as one properties text (``A; B``, :func:`parse_properties`)
     constants: str | None = None
     policy: str | None = "uniform"
     interface: str | None = None
@@ -43,22 +43,22 @@ class Job:
         if self.mode not in MODES:
             raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
         model = load_model(Path(self.model_path), self.constants)
-        spec = parse_property(self.prop, model)
+        props = parse_properties(self.prop, model)
         needs_policy = self.mode != "monolithic" and model.model_type == "mdp"
-        reward_names = [model.reward(spec.reward_name).name] if spec.is_reward else []
+        reward_names = props.reward_names(model)
         codec = StateCodec(model.lo, model.hi)
         if needs_policy and policy is None:
             require_packages(self.policy)  # here, not in a Ray actor after the start-up
         if not explorer:
-            return Parts(model, spec, codec, None, needs_policy, reward_names)
+            return Parts(model, props, codec, None, needs_policy, reward_names)
         pol = None
         if needs_policy:
             pol = policy or load_policy(self.policy, model, self.interface, trust=self.trust_policy)
         expander = Expander(
-            model, Kernel(model, codec), codec, pol, self.mode, terminal=spec.terminal_mask,
+            model, Kernel(model, codec), codec, pol, self.mode, terminal=props.terminal_mask,
             threshold=self.threshold, resolve=self.resolve, reward_names=reward_names,
         )
-        return Parts(model, spec, codec, expander, pol is not None, reward_names)
+        return Parts(model, props, codec, expander, pol is not None, reward_names)
 
 
 @dataclass
@@ -66,11 +66,16 @@ class Parts:
     """What a :class:`Job` builds."""
 
     model: Model
-    spec: PropertySpec
+    props: PropertySet  # the run's properties, explored for once
     codec: StateCodec
     expander: Expander | None  # None when built with explorer=False
     uses_policy: bool  # an mdp outside monolithic mode: a policy resolves its choices
     reward_names: list[str]
+
+    @property
+    def spec(self) -> PropertySpec:
+        """The first (or only) property."""
+        return self.props.specs[0]
 
     @property
     def force_mdp(self) -> bool:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,12 @@ def coolmc(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"reference model {path} not present (../shared/models/coolmc is only beside a checkout)")
     return path
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """A local Ray of 2 CPUs for the tests of one module (ended after them)."""
+    ray = pytest.importorskip("ray", reason="the Ray driver needs ray")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()

@@ -56,6 +56,10 @@ class PhaseClock:
         if self.listener is not None:
             self.listener(name, detail)
 
+    def elapsed(self) -> float:
+        """Seconds since the first phase started."""
+        return 0.0 if self._t0 is None else time.perf_counter() - self._t0
+
     def detail(self, text: str) -> None:
         """Tell the listener how the running phase is getting on (a checker's step or gap); not logged, not timed."""
         if self.listener is not None and self._name is not None:

@@ -19,6 +19,7 @@ import numpy as np
 import stormpy
 from stormpy.developer import storage as sst
 
+from distmc._internal.stderr import storm_quiet
 from distmc.assemble.reducer import InducedModel
 
 __all__ = ["export", "to_storm", "to_storm_builder", "to_storm_umb", "write_umb"]
@@ -137,8 +138,11 @@ def write_umb(m: InducedModel, path: str | Path) -> None:
             tar.addfile(info, reader)
 
 
-def to_storm_umb(m: InducedModel, release: bool = False) -> Any:
-    """Storm model via a temporary UMB archive; with ``release``, ``m``'s transitions are dropped once written."""
+def to_storm_umb(m: InducedModel, release: bool = False, exact: bool = False) -> Any:
+    """Storm model via a temporary UMB archive; with ``release``, ``m``'s transitions are dropped once written.
+
+    ``exact``: a model over Storm's rationals, each probability and reward the rational its float is.
+    """
     fd, tmp = tempfile.mkstemp(suffix=".umb")
     os.close(fd)
     try:
@@ -148,7 +152,10 @@ def to_storm_umb(m: InducedModel, release: bool = False) -> Any:
         options = sst.UmbImportOptions()
         options.build_state_valuations = False
         options.build_choice_labeling = False
-        return stormpy.build_model_from_umb(tmp, options=options)
+        if exact:
+            options.value_type = sst.UmbImportValueType.RATIONAL
+        with storm_quiet():  # the rational import warns, on descriptor 1, that doubles become rationals
+            return stormpy.build_model_from_umb(tmp, options=options)
     finally:
         os.unlink(tmp)
 
@@ -177,15 +184,15 @@ def to_storm_builder(m: InducedModel) -> Any:
     return sst.SparseMdp(components) if mdp else sst.SparseDtmc(components)
 
 
-def to_storm(m: InducedModel, release: bool = False) -> Any:
+def to_storm(m: InducedModel, release: bool = False, exact: bool = False) -> Any:
     """Hand ``m`` to Storm by the measured-faster path (UMB).
 
     With ``release`` the transitions of ``m`` are freed as soon as they are written, before Storm takes the model
     in (``m`` can then no longer be exported or handed over again): the peak is the larger of the two copies, not
-    their sum.
+    their sum. ``exact``: over rationals (:func:`to_storm_umb`).
     """
     t = time.perf_counter()
-    out = to_storm_umb(m, release)
+    out = to_storm_umb(m, release, exact)
     m.stats["handoff_s"] = time.perf_counter() - t
     return out
 

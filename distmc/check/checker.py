@@ -1,77 +1,200 @@
-"""Model checking of the assembled model with Storm."""
+"""Model checking of the assembled model with Storm: value, bounds and truth (:class:`~distmc.check.result.CheckResult`)."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import stormpy
 
+from distmc._internal.stderr import storm_lines, storm_quiet
 from distmc.check.properties import PropertySpec
+from distmc.check.result import DEFAULT_PRECISION, CheckResult, Precision, decide, summarise
 from distmc.errors import PropertyError
 
-__all__ = ["check", "check_values", "environment", "value_vector"]
+__all__ = ["EXACT_MAX_TRANSITIONS", "check", "check_values", "environment", "value_vector"]
 
-#: Termination precision of Storm's min-max solver (value iteration) for MDPs.
-MDP_PRECISION = 1e-12
+#: Termination precision of Storm's min-max solver for MDPs (absolute, as for DTMCs, unless asked otherwise).
+MDP_PRECISION = DEFAULT_PRECISION
 
 #: Absolute precision of the DTMC solver: sound value iteration stops when its lower and upper bounds on every
 #: state's value are within this of each other, so the reported value is within it of the exact one.
-DTMC_PRECISION = 1e-12
+DTMC_PRECISION = DEFAULT_PRECISION
+
+#: ``--exact`` checks models up to this many transitions with Storm's rational engine: a guard for its memory
+#: (every probability a GMP rational, whose digits grow in the elimination). Its time is limited separately
+#: (:data:`distmc.check.dispatch.EXACT_TIMEOUT_S`): it depends on the digits more than on the size.
+EXACT_MAX_TRANSITIONS = 200_000
 
 
-def environment() -> Any:
+def environment(precision: Precision | None = None, long_run: bool = False, sound_mdp: bool | None = None) -> Any:
     """Storm's solver settings distmc checks with (and the differential tests use for the reference).
 
-    DTMCs: Storm's native solver with sound value iteration at absolute precision 1e-12 (a guaranteed error
-    bound), instead of Storm's default iterative gmm++ at relative precision 1e-6 (no guarantee). It replaced
+    DTMCs: Storm's native solver with sound value iteration at absolute precision 1e-12 by default (a guaranteed
+    error bound), instead of Storm's default iterative gmm++ at relative precision 1e-6 (no guarantee). It replaced
     Storm's Eigen solver, which was neither exact nor fast (measured: 2.6e-8 off on the bundled gridworld, N=6,
     against value iteration in numpy, which the value now matches to 1e-12, ``tests/test_checker.py``; 3.9e-9 off
-    and 150x as long, 2.7 s against 0.018 s, on the Crazy Climber benchmark's 44,032 states). MDPs: Storm's
-    default min-max method at precision 1e-12 (forcing soundness there made some benchmark MDPs take minutes).
+    and 150x as long, 2.7 s against 0.018 s, on the Crazy Climber benchmark's 44,032 states). MDPs: Storm's default
+    topological min-max value iteration at the precision (relative criterion; it states no bound), unless
+    ``sound_mdp`` (default: the precision's, ``--sound-mdp``): then Storm's interval iteration, with bounds. That
+    is not the default: interval iteration ran for minutes on a reward property of a benchmark MDP, and Storm's
+    sound value iteration for MDPs did not finish on another (``benchmarks/RESULTS.md``).
+    ``precision``: ``--precision`` / ``--precision-abs`` (default: 1e-12 absolute). ``long_run``: a long-run
+    average, whose equation systems use interval iteration, without Storm's forced soundness (which selects sound
+    value iteration): with it Storm's long-run average on the gridworld was 1.2e-7 off (N=12; S=? ["crash"]
+    equals P=? [F "crash"] there), with interval iteration 1.8e-14 (1.5 s against 0.86 s; 9.4 s at N=16, where
+    Storm's default gmm++ takes 0.67 s and is 3.8e-7 off).
     """
+    p = precision or Precision()
     env = stormpy.Environment()
     solver = env.solver()
     solver.set_linear_equation_solver_type(stormpy.environments.EquationSolverType.NATIVE)
     native = solver.native()
-    native.method = stormpy.environments.NativeLinearEquationSolverMethod.SOUND_VALUE_ITERATION
-    native.precision = stormpy.Rational(DTMC_PRECISION)
-    native.relative_termination_criterion = False
-    solver.min_max().precision = stormpy.Rational(MDP_PRECISION)
+    methods = stormpy.environments.NativeLinearEquationSolverMethod
+    native.method = methods.INTERVAL_ITERATION if long_run else methods.SOUND_VALUE_ITERATION
+    native.precision = stormpy.Rational(p.eps)
+    native.relative_termination_criterion = p.relative
+    min_max = solver.min_max()
+    min_max.precision = stormpy.Rational(p.eps)
+    if not (p.sound_mdp if sound_mdp is None else sound_mdp):
+        solver.force_soundness = False
+        return env
+    # interval iteration, not sound value iteration: Storm's sound value iteration for MDPs did not finish in 120 s
+    # on the delivery benchmark in Storm's own state order (Pmax=? [F "delivered"], 1,237 states), where interval
+    # iteration takes 1 ms; in distmc's order both took 2 ms (benchmarks/RESULTS.md)
+    min_max.method = stormpy.environments.MinMaxMethod.INTERVAL_ITERATION
+    min_max.relative_termination_criterion = p.relative
+    # Forcing soundness makes Storm pick sound value iteration for every equation system, the long-run ones too
+    solver.force_soundness = not long_run
     return env
 
 
-def _model_check(storm_model: Any, formula: Any, only_initial_states: bool) -> Any:
+def _model_check(storm_model: Any, formula: Any, only_initial_states: bool, env: Any) -> Any:
     try:
-        return stormpy.model_checking(storm_model, formula, only_initial_states=only_initial_states,
-                                      environment=environment())
-    except RuntimeError as exc:
-        raise PropertyError(f"Storm could not check '{formula}': {str(exc).strip().splitlines()[0]}") from None
-
-
-def _values(storm_model: Any, formula: Any, initial: np.ndarray) -> list[float]:
-    result = _model_check(storm_model, formula, True)
-    return [float(result.get_value(int(s))) for s in initial]
+        with storm_quiet():  # Storm logs its warnings and errors on file descriptor 1
+            return stormpy.model_checking(storm_model, formula, only_initial_states=only_initial_states,
+                                          environment=env)
+    except (RuntimeError, stormpy.exceptions.StormError) as exc:
+        lines = storm_lines(str(exc))
+        why = lines[0] if lines else type(exc).__name__
+        raise PropertyError(f"Storm cannot check '{formula}' on the induced model: {why}") from None
 
 
 def value_vector(storm_model: Any, formula: Any) -> np.ndarray:
-    """The value of ``formula`` (a Storm formula) in every state ``[N]``, with distmc's solver settings."""
-    return np.asarray(_model_check(storm_model, formula, False).get_value_vector(), dtype=np.float64)
+    """The value of ``formula`` (a Storm formula) in every state ``[N]``; MDPs by Storm's default min-max method.
 
-
-def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray) -> float | dict[str, float]:
-    """Value of the property at the initial state(s).
-
-    A DTMC, or an MDP queried with ``min``/``max``, gives one number per initial state; an MDP queried without
-    a direction gives ``{"min": Pmin, "max": Pmax}``. With several initial states the result is the range over
-    them, ``{"min": ..., "max": ...}`` (the smallest minimum and the largest maximum).
+    The MOSAIC front end's (:mod:`distmc.abstract.mdp`) check, left with the min-max settings it was written and
+    measured with (``environment(sound_mdp=False)``).
     """
-    if kind == "dtmc" or spec.has_direction:
-        vals = _values(storm_model, spec.formula, initial)
-        return vals[0] if len(vals) == 1 else {"min": min(vals), "max": max(vals)}
-    lo = _values(storm_model, spec.with_direction("min"), initial)
-    hi = _values(storm_model, spec.with_direction("max"), initial)
-    return {"min": min(lo), "max": max(hi)}
+    env = environment(sound_mdp=False)
+    return np.asarray(_model_check(storm_model, formula, False, env).get_value_vector(), dtype=np.float64)
+
+
+def _rational(v: Any) -> Fraction | float:
+    text = str(v)
+    if "inf" in text:
+        return math.inf if not text.startswith("-") else -math.inf
+    return Fraction(text)
+
+
+def _float_interval(q: Fraction | float) -> tuple[float, float, float]:
+    """``(v, lo, hi)``: the float nearest to ``q`` and the floats just around ``q`` (``lo <= q <= hi``)."""
+    v = float(q)
+    if not isinstance(q, Fraction):
+        return v, v, v
+    lo = v if Fraction(v) <= q else math.nextafter(v, -math.inf)
+    hi = v if Fraction(v) >= q else math.nextafter(v, math.inf)
+    return v, lo, hi
+
+
+def _direction(storm_model: Any, formula: Any, initial: np.ndarray, env: Any, exact: bool) -> dict[str, Any]:
+    """Values (and, exact, rationals) of ``formula`` at ``initial`` ``[I]``."""
+    result = _model_check(storm_model, formula, True, env)
+    raw = [result.get_value(int(s)) for s in initial]
+    if not exact:
+        return {"values": np.asarray([float(v) for v in raw], dtype=np.float64), "rationals": None}
+    rationals = [_rational(v) for v in raw]
+    triples = np.asarray([_float_interval(q) for q in rationals], dtype=np.float64).reshape(-1, 3)
+    return {"values": triples[:, 0], "lo": triples[:, 1], "hi": triples[:, 2], "rationals": rationals}
+
+
+def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
+          precision: Precision | None = None, *, env: Any = None) -> CheckResult:
+    """The property's value, bounds and truth at the initial state(s).
+
+    A DTMC, or an MDP queried with ``min``/``max`` (given, or implied by a threshold), gives one number per
+    initial state; an MDP queried without a direction gives ``{"min": Pmin, "max": Pmax}``. With several initial
+    states the value is the range over them, ``{"min": ..., "max": ...}`` (the smallest minimum and the largest
+    maximum), and a threshold holds when it holds in every one. ``storm_model`` is a rational model (built with
+    ``to_storm(..., exact=True)``) when ``precision.exact``. ``env``: Storm settings to use instead of
+    :func:`environment`'s (for benchmarks; the bounds then state what ``precision`` would guarantee).
+    """
+    p = precision or Precision()
+    if env is None:
+        long_run = spec.operator == "LRA" or isinstance(spec.formula.subformula, stormpy.logic.LongRunAverageRewardFormula)
+        env = stormpy.environments.exact() if p.exact else environment(p, long_run)
+    single = kind == "dtmc" or spec.has_direction
+    formulas = {"": spec.quantitative} if single else {d: spec.with_direction(d) for d in ("min", "max")}
+    got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
+    # an MDP's bounds only from interval iteration (--sound-mdp); Storm's default min-max method states none
+    sound = spec.solution == "sound" and (kind == "dtmc" or p.sound_mdp)
+    probability = spec.operator in ("P", "LRA")  # long-run averages of a state formula are probabilities too
+    complement = isinstance(spec.formula.subformula, stormpy.logic.GloballyFormula)  # Storm: G phi = 1 - F !phi
+    parts: dict[str, Any] = {}
+    for d, g in got.items():
+        vals = g["values"]
+        if p.exact:
+            lo, hi = g["lo"], g["hi"]
+        elif sound:
+            pairs = np.asarray([p.interval(v, probability, complement) for v in vals.tolist()],
+                               dtype=np.float64).reshape(-1, 2)
+            lo, hi = pairs[:, 0], pairs[:, 1]
+        else:
+            lo = hi = None
+        parts[d] = summarise(vals, lo, hi)
+    if single:
+        value, bounds = parts[""]
+    else:
+        value = {"min": _pick(parts["min"][0], "min"), "max": _pick(parts["max"][0], "max")}
+        bounds = None if parts["min"][1] is None else {"min": _pick_b(parts["min"][1], "min"),
+                                                       "max": _pick_b(parts["max"][1], "max")}
+    truth = decided = None
+    if spec.threshold is not None:
+        g = got[""]
+        if p.exact:
+            truth = decide(g["rationals"], spec.threshold)
+            decided = True
+        else:
+            truth = decide(g["values"].tolist(), spec.threshold)
+            decided = _decided(bounds, spec.threshold)
+    exact_text: str | dict[str, str] | None = None
+    if p.exact:
+        texts = {d: [str(q) for q in g["rationals"]] for d, g in got.items()}
+        exact_text = texts[""][0] if single and len(initial) == 1 else {
+            d: ", ".join(t) for d, t in texts.items()
+        }
+    method = "exact" if p.exact else ("iterative" if spec.solution == "sound" and not sound else spec.solution)
+    return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, exact=exact_text, method=method)
+
+
+def _pick(v: Any, key: str) -> float:
+    """One direction's value over several initial states: its range's ``key`` end (min of min, max of max)."""
+    return float(v[key]) if isinstance(v, dict) else float(v)
+
+
+def _pick_b(b: Any, key: str) -> tuple[float, float]:
+    return tuple(b[key]) if isinstance(b, dict) else tuple(b)
+
+
+def _decided(bounds: Any, threshold: tuple[str, Fraction]) -> bool | None:
+    """Whether the bounds settle the comparison (None: no bounds stated)."""
+    if bounds is None:
+        return None
+    if isinstance(bounds, dict):  # several initial states: all hold iff the smallest (or largest) value does
+        bounds = bounds["min" if threshold[0].startswith(">") else "max"]
+    return decide([bounds[0]], threshold) == decide([bounds[1]], threshold)
 
 
 def check_values(storm_model: Any, spec: PropertySpec, kind: str,

@@ -80,6 +80,10 @@ def unsupported(spec: PropertySpec, kind: str) -> str | None:
     if kind != "dtmc":
         return "it checks DTMCs only (this induced model keeps nondeterminism: an MDP)"
     f = spec.formula
+    if isinstance(f, sl.LongRunAverageOperatorFormula):
+        return "long-run averages (S=?, LRA=?) are checked by Storm only (use --checker storm or auto)"
+    if isinstance(f, sl.TimeOperatorFormula):
+        return "expected times (T=?) are checked by Storm only; R=? [F ...] with a reward of 1 per step is the same"
     sub = f.subformula
     if spec.is_reward:
         if isinstance(sub, sl.EventuallyFormula):

@@ -8,7 +8,14 @@ child (a label or an expression) of the outermost ``P``/``R`` operator's path fo
 * ``phi1 U phi2`` (unbounded): states satisfying ``phi2``, and states violating ``phi1``, are not expanded, but
   only when ``phi1`` is atomic or ``true``;
 * the same for their step-bounded forms (``F<=k``, ``phi1 U<=k phi2``);
-* ``G``, cumulative and instantaneous rewards: no terminal states.
+* ``G``, ``X``, cumulative and instantaneous rewards, long-run averages: no terminal states; nor the right side of
+  an until whose step bound has a lower bound above 0 (``F[2,5] phi``: a path may leave ``phi`` and come back).
+
+Threshold operators (``P>=p``, ``R<r``, ``S>q``, ...) are checked as their quantitative form (the bound removed;
+on an MDP queried without ``min``/``max``, the direction the comparison implies, as Storm and PRISM do: ``min`` for
+a lower bound, ``max`` for an upper one), and the truth value is the comparison at every initial state.
+Several properties (``A; B``, or a PRISM properties file) are parsed by :func:`parse_properties` into one
+:class:`PropertySet`, whose exploration serves them all (:meth:`PropertySet.terminal_mask`).
 
 Labels of the PRISM program inside the property are replaced by their defining expressions before the formula
 used for checking is parsed, so that every propositional subformula becomes one atomic expression; the reducer
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -30,7 +38,7 @@ from distmc.errors import PropertyError
 from distmc.model.expr import CompiledExpr
 from distmc.model.program import Model
 
-__all__ = ["PropertySpec", "parse_property"]
+__all__ = ["PropertySet", "PropertySpec", "parse_properties", "parse_property", "split_statements"]
 
 _LABEL_REF = re.compile(r'(?<![{\w])"([^"]+)"')
 _BUILTIN_LABELS = ("init", "deadlock")
@@ -47,7 +55,16 @@ class PropertySpec:
         terminal: ``(expression, value)`` pairs: a state where ``expression == value`` is not expanded.
         reward_name: the reward structure an ``R`` operator refers to (None: the model's only/first one).
         is_reward: whether the property is an ``R`` operator.
-        has_direction: whether ``min``/``max`` was given.
+        has_direction: whether ``min``/``max`` was given, or a threshold implies one (see the module docstring).
+        name: the property's name (``"name": P=? [...]`` in a properties file), else None.
+        operator: ``P``, ``R``, ``LRA`` (also written ``S``) or ``T``.
+        threshold: ``(comparison, bound)`` of a threshold operator (``(">=", Fraction(1, 10))``), else None.
+        quantitative: ``formula`` with the threshold removed (and the implied direction set): what is computed.
+        solution: how the value is found: ``sound`` (unbounded reachability, until, globally, expected rewards
+            and times over propositional state formulas: an iterative method with a stated error bound),
+            ``steps`` (``X``, step-bounded until, ``C<=k``, ``I=k``: finitely many matrix-vector steps, exact up
+            to floating point) or ``other`` (long-run averages, nested operators, LTL: Storm's method, no stated
+            bound).
     """
 
     text: str
@@ -58,6 +75,11 @@ class PropertySpec:
     is_reward: bool = False
     has_direction: bool = False
     builtin_labels: set[str] = field(default_factory=set)
+    name: str | None = None
+    operator: str = "P"
+    threshold: tuple[str, Fraction] | None = None
+    quantitative: Any = None
+    solution: str = "sound"
 
     def terminal_mask(self, states: np.ndarray) -> np.ndarray:
         """``[B]`` bool: which of ``states`` ``[B, V]`` are not to be expanded."""
@@ -68,8 +90,8 @@ class PropertySpec:
         return out
 
     def with_direction(self, direction: str) -> Any:
-        """A copy of the formula with ``min`` or ``max`` set (for MDPs)."""
-        f = self.formula.clone()
+        """A copy of the quantitative formula with ``min`` or ``max`` set (for MDPs)."""
+        f = self.quantitative.clone()
         f.set_optimality_type(
             sl.OptimizationDirection.MINIMIZE if direction == "min" else sl.OptimizationDirection.MAXIMIZE
         )
@@ -88,10 +110,11 @@ def _unknown_names(text: str, model: Model) -> list[str]:
     return sorted({w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", bare) if w not in known | _KEYWORDS})
 
 
-def _parse(text: str, model: Model) -> Any:
+def _parse_all(text: str, model: Model) -> list[Any]:
+    """Storm's properties in ``text`` (``;``-separated, with ``const`` definitions and ``"name":`` prefixes)."""
     try:
         with storm_quiet():
-            props = stormpy.parse_properties(text, model.program)
+            return list(stormpy.parse_properties(text, model.program))
     except RuntimeError as exc:
         unknown = _unknown_names(text, model)
         if unknown:
@@ -101,6 +124,10 @@ def _parse(text: str, model: Model) -> Any:
                 f'in quotes, as in F "goal")'
             ) from None
         raise PropertyError(f"cannot parse property '{text}': {' '.join(storm_lines(str(exc))) or repr(exc)}") from None
+
+
+def _parse(text: str, model: Model) -> Any:
+    props = _parse_all(text, model)
     if len(props) != 1:
         raise PropertyError(f"expected exactly one property, got {len(props)} in '{text}'")
     return props[0].get_raw_formula()
@@ -118,6 +145,16 @@ def _atom(f: Any, model: Model) -> tuple[str, CompiledExpr] | None:
     return None
 
 
+#: Formula classes stormpy exposes with their operands; a formula of another class (``X``, an LTL path formula,
+#: total rewards ``C``) is opaque: its atoms are found in its text (:func:`_opaque_atoms`).
+_EXPOSED = (sl.ProbabilityOperatorFormula, sl.RewardOperatorFormula, sl.LongRunAverageOperatorFormula,
+            sl.TimeOperatorFormula, sl.EventuallyFormula, sl.GloballyFormula, sl.UntilFormula,
+            sl.BoundedUntilFormula, sl.UnaryBooleanStateFormula, sl.BinaryBooleanStateFormula,
+            sl.AtomicExpressionFormula, sl.AtomicLabelFormula, sl.BooleanLiteralFormula,
+            sl.CumulativeRewardFormula, sl.InstantaneousRewardFormula, sl.LongRunAverageRewardFormula,
+            sl.ConditionalFormula)
+
+
 def _children(f: Any) -> list[Any]:
     out = []
     for attr in ("subformula", "left_subformula", "right_subformula", "main_subformula", "conditional_subformula"):
@@ -129,23 +166,105 @@ def _children(f: Any) -> list[Any]:
     return out
 
 
-def parse_property(text: str, model: Model) -> PropertySpec:
-    """Parse ``text`` against ``model``; check that every label it names exists.
+def _groups(text: str) -> list[str]:
+    """Every balanced parenthesised part of ``text``, outermost first."""
+    out, open_at = [], []
+    for i, ch in enumerate(text):
+        if ch == "(":
+            open_at.append(i)
+        elif ch == ")" and open_at:
+            out.append((open_at.pop(), i + 1))
+    return [text[a:b] for a, b in sorted(out)]
+
+
+def _opaque_atoms(f: Any, model: Model) -> dict[str, CompiledExpr]:
+    """The atomic expressions inside a formula stormpy does not expose the operands of, found in its text.
+
+    Storm prints an atomic expression in parentheses, ``X (s = 1)``; each parenthesised part that parses (on its
+    own, against the model) as one atomic expression printed the same way is one. The text comes from a formula
+    Storm has parsed already, so every identifier in it is known (Storm's parser crashes on unknown ones).
+    """
+    out: dict[str, CompiledExpr] = {}
+    inside: list[str] = []
+    for g in _groups(str(f)):
+        if any(g in outer for outer in inside):  # part of an atom found already
+            continue
+        try:
+            with storm_quiet():
+                (prop,) = stormpy.parse_properties(f"P=? [F {g}]", model.program)
+        except (RuntimeError, ValueError):
+            continue
+        sub = prop.get_raw_formula().subformula.subformula
+        if isinstance(sub, sl.AtomicExpressionFormula) and str(sub) == g:
+            out[g] = model.compile(sub.get_expression())
+            inside.append(g)
+    return out
+
+
+_COMPARISON = {"GEQ": ">=", "GREATER": ">", "LEQ": "<=", "LESS": "<"}
+_OPERATORS = ((sl.ProbabilityOperatorFormula, "P"), (sl.RewardOperatorFormula, "R"),
+              (sl.LongRunAverageOperatorFormula, "LRA"), (sl.TimeOperatorFormula, "T"))
+
+
+def _lower_step_bound(f: Any) -> bool:
+    """Whether a bounded until has a lower step bound above 0 (``U[2, 5]``, ``U>=2``); stormpy hides it."""
+    if not f.has_lower_bound:
+        return False
+    text = str(f)
+    m = re.search(r"U\[([^,\]]+),", text) or re.search(r"U>=?\s*([^\s\[(]+)", text)
+    return m is None or m.group(1).strip() != "0"
+
+
+def _propositional(f: Any) -> bool:
+    if isinstance(f, sl.UnaryBooleanStateFormula):
+        return _propositional(f.subformula)
+    return isinstance(f, (sl.AtomicExpressionFormula, sl.AtomicLabelFormula, sl.BooleanLiteralFormula))
+
+
+def _solution(f: Any) -> str:
+    """``sound``, ``steps`` or ``other``: see :class:`PropertySpec`'s ``solution``."""
+    sub = f.subformula
+    if isinstance(f, sl.LongRunAverageOperatorFormula) or isinstance(sub, sl.LongRunAverageRewardFormula):
+        return "other"
+    if isinstance(sub, (sl.CumulativeRewardFormula, sl.InstantaneousRewardFormula)):
+        return "steps"
+    text = str(sub)
+    if not isinstance(sub, _EXPOSED):  # X, total rewards, LTL
+        if text.strip() == "C":
+            return "sound"  # total reward: Storm reduces it to a reachability reward, solved the same way
+        nexts = re.fullmatch(r"(?:X\s*)+(.*)", text)
+        operand = "" if nexts is None else nexts.group(1)
+        if operand and not re.search(r"\b(F|G|U|W|X|P|R|LRA|T)\b|\[", operand):  # X ... X over a state formula
+            return "steps"
+        return "other"
+    if not all(_propositional(c) for c in _children(sub)):
+        return "other"
+    if isinstance(sub, sl.BoundedUntilFormula):
+        return "steps"
+    return "sound"
+
+
+def parse_property(text: str, model: Model, name: str | None = None) -> PropertySpec:
+    """Parse one property ``text`` against ``model``; check that every label it names exists.
 
     Raises:
         PropertyError: on a syntax error, an unknown label or variable, or an unsupported operator.
     """
-    for name in _LABEL_REF.findall(text):
-        if name not in model.labels and name not in _BUILTIN_LABELS:
+    for label in _LABEL_REF.findall(text):
+        if label not in model.labels and label not in _BUILTIN_LABELS:
             raise PropertyError(
-                f"property '{text}' names label \"{name}\", which {model.path} does not define "
+                f"property '{text}' names label \"{label}\", which {model.path} does not define "
                 f"(labels: {', '.join(sorted(model.labels)) or 'none'})"
             )
     original = _parse(text, model)
-    if not (original.is_probability_operator_formula or original.is_reward_operator_formula):
-        raise PropertyError(f"property '{text}' must be a P=? or R=? query (optionally with min/max)")
-    spec = PropertySpec(text=text, formula=None)
-    spec.is_reward = bool(original.is_reward_operator_formula)
+    operator = next((op for cls, op in _OPERATORS if isinstance(original, cls)), None)
+    if operator is None:
+        raise PropertyError(
+            f"property '{text}' must be a P, R, S (LRA) or T operator: P=? [...], P>=0.5 [...], R{{\"r\"}}=? [...], "
+            f"S=? [...] (optionally with min/max)"
+        )
+    spec = PropertySpec(text=text, formula=None, name=name, operator=operator)
+    spec.is_reward = operator == "R"
     spec.has_direction = bool(original.has_optimality_type)
     if spec.is_reward:
         if not model.rewards:
@@ -157,13 +276,16 @@ def parse_property(text: str, model: Model) -> PropertySpec:
                     f"property '{text}' names reward structure '{spec.reward_name}', which the model lacks "
                     f"(have: {[r.name for r in model.rewards]})"
                 )
-        elif len(model.rewards) > 1:
+        elif len(model.rewards) > 1:  # the first, as Storm takes it
             spec.reward_name = model.rewards[0].name
     spec.terminal = _terminal(original, model)
     # The formula for checking: PRISM labels expanded, so propositional parts are single atomic expressions.
     expanded = _LABEL_REF.sub(
         lambda m: f"({model.labels[m.group(1)].text})" if m.group(1) in model.labels else m.group(0), text
     )
+    if spec.is_reward and len(model.rewards) > 1 and spec.reward_name and not original.has_reward_model_name():
+        # name the structure: beside another property's, the induced model holds several and Storm needs the name
+        expanded = re.sub(r"^\s*R(?=(min|max)?\s*[=<>])", f'R{{"{spec.reward_name}"}}', expanded, count=1)
     spec.formula = _parse(expanded, model)
     if _has_opaque_combination(spec.formula):
         expanded = _expand_builtin(expanded, text, model)
@@ -175,7 +297,21 @@ def parse_property(text: str, model: Model) -> PropertySpec:
         a = _atom(f, model)
         if a is not None:
             spec.atoms[a[0]] = a[1]
+        elif not isinstance(f, _EXPOSED):
+            spec.atoms.update(_opaque_atoms(f, model))
         stack.extend(_children(f))
+    spec.quantitative = spec.formula.clone()
+    if spec.formula.has_bound:
+        comparison = _COMPARISON[str(spec.formula.comparison_type).rsplit(".", 1)[-1]]
+        # threshold_expr, not threshold: stormpy's threshold reads (1 / 6) as 0 (measured)
+        spec.threshold = (comparison, Fraction(str(spec.formula.threshold_expr.evaluate_as_rational())))
+        spec.quantitative.remove_bound()
+        if not spec.has_direction:  # PRISM's and Storm's reading on an MDP: for all schedulers
+            spec.quantitative.set_optimality_type(
+                sl.OptimizationDirection.MINIMIZE if comparison.startswith(">") else sl.OptimizationDirection.MAXIMIZE
+            )
+            spec.has_direction = True
+    spec.solution = _solution(spec.formula)
     return spec
 
 
@@ -222,7 +358,7 @@ def _expand_builtin(expanded: str, text: str, model: Model) -> str:
 def _terminal(f: Any, model: Model) -> list[tuple[CompiledExpr, bool]]:
     # Mirrors storm::builder::getTerminalStatesFromFormula.
     out: list[tuple[CompiledExpr, bool]] = []
-    if not isinstance(f, (sl.ProbabilityOperatorFormula, sl.RewardOperatorFormula)):
+    if not isinstance(f, (sl.ProbabilityOperatorFormula, sl.RewardOperatorFormula, sl.TimeOperatorFormula)):
         return out
     sub = f.subformula
     if isinstance(sub, sl.EventuallyFormula):
@@ -237,8 +373,103 @@ def _terminal(f: Any, model: Model) -> list[tuple[CompiledExpr, bool]]:
         if left is None and not (isinstance(left_f, sl.BooleanLiteralFormula) and str(left_f) == "true"):
             return out
         right = _atom(sub.right_subformula, model)
-        if right is not None:
+        if right is not None and not (isinstance(sub, sl.BoundedUntilFormula) and _lower_step_bound(sub)):
             out.append((right[1], True))
         if left is not None:
             out.append((left[1], False))
     return out
+
+
+@dataclass
+class PropertySet:
+    """The properties of one run, checked on one exploration (:func:`parse_properties`).
+
+    A state is left unexpanded only where every property allows it (the intersection of their terminal sets), so
+    each property's value on the one model equals its value on its own property-driven model.
+    """
+
+    specs: list[PropertySpec]
+
+    @property
+    def atoms(self) -> dict[str, CompiledExpr]:
+        """Label name -> expression: the union of the properties' atoms."""
+        out: dict[str, CompiledExpr] = {}
+        for spec in self.specs:
+            out.update(spec.atoms)
+        return out
+
+    def terminal_mask(self, states: np.ndarray) -> np.ndarray:
+        """``[B]`` bool: the states of ``states`` ``[B, V]`` that no property needs expanded."""
+        out = self.specs[0].terminal_mask(states)
+        for spec in self.specs[1:]:
+            if not out.any():
+                break
+            out &= spec.terminal_mask(states)
+        return out
+
+    def reward_names(self, model: Model) -> list[str]:
+        """The reward structures the properties use, each once, in order of first use."""
+        names = [model.reward(s.reward_name).name for s in self.specs if s.is_reward]
+        return list(dict.fromkeys(names))
+
+
+_NAMED = re.compile(r'^\s*"([^"]+)"\s*:\s*(.*)$', re.S)
+_CONST = re.compile(r"^\s*const\b")
+
+
+def split_statements(text: str) -> list[str]:
+    """The statements of a PRISM properties text, ``//`` comments and blank ones dropped.
+
+    Statements are ``;``-separated, or one per line (a line with an open bracket goes on to the next).
+    """
+    body = "\n".join(line.split("//", 1)[0] for line in text.splitlines())
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in body:
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch == ";" or (ch == "\n" and depth <= 0):
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(" " if ch == "\n" else ch)
+    out.append("".join(cur).strip())
+    return [s for s in out if s]
+
+
+def parse_properties(text: str, model: Model) -> PropertySet:
+    """Parse one or several properties: ``A; B``, or the text of a PRISM properties file.
+
+    A properties file has one property per line or ``;``-separated, ``"name": P=? [...]`` names, and ``const``
+    definitions the properties use.
+
+    Example:
+        >>> parse_properties('"six": P=? [F "six"]; P>=0.1 [X s=1]', model).specs[0].name  # doctest: +SKIP
+        'six'
+
+    Raises:
+        PropertyError: as :func:`parse_property`, for a constant without a value, or for no property at all.
+    """
+    statements = split_statements(text)
+    props = [s for s in statements if not _CONST.match(s)]
+    if not props:
+        raise PropertyError(f"no property in '{text}'")
+    if len(statements) == 1:
+        named = _NAMED.match(props[0])
+        return PropertySet([parse_property(named.group(2), model, named.group(1)) if named
+                            else parse_property(props[0], model)])
+    parsed = _parse_all(";\n".join(statements), model)
+    if len(parsed) != len(props):
+        raise PropertyError(f"expected {len(props)} properties in '{text}', Storm read {len(parsed)}")
+    specs = []
+    for stmt, prop in zip(props, parsed, strict=True):
+        if prop.contains_undefined_constants():
+            raise PropertyError(f"property '{stmt}' uses a constant without a value "
+                                f"({', '.join(str(c) for c in prop.get_undefined_constants())}): define it in the "
+                                f"properties, e.g. const double p = 0.1;")
+        named = _NAMED.match(stmt)
+        body = named.group(2) if named else stmt
+        # With constants, the text Storm prints has them substituted; without, the user's text is kept.
+        specs.append(parse_property(str(prop.get_raw_formula()) if len(props) < len(statements) else body, model,
+                                    named.group(1) if named else None))
+    return PropertySet(specs)

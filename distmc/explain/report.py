@@ -10,7 +10,7 @@ picture.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ class Explain:
     found: list[dict[str, Any]] | None = None
     mass: float | None = None
     at_risk: list[dict[str, Any]] | None = None
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)  # the checked property's value in every state
     _depth: np.ndarray | None = None
     _axes: tuple[int, int] | None = None
 

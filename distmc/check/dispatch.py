@@ -1,0 +1,178 @@
+"""The check of a run's properties on its one induced model, and what exploring for all of them costs.
+
+:func:`check_properties` hands every property of a :class:`~distmc.check.properties.PropertySet` to its checker
+(Storm, or distmc's native one) and returns one :class:`~distmc.check.result.CheckResult` each, timed.
+:func:`single_property_states` counts, for each property, the states its own property-driven exploration would
+have found: the states reachable from the initial ones without passing through one of its terminal states, which
+is exactly what its own breadth-first search would reach (its successors are the same).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import select
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from distmc.assemble.reducer import LABEL_CHUNK, InducedModel
+from distmc.check.checker import check
+from distmc.check.properties import PropertySet, PropertySpec
+from distmc.check.result import CheckResult, Precision, decide
+from distmc.errors import DistmcError, ResourceLimitError
+from distmc.model.packing import StateCodec
+
+__all__ = ["EXACT_TIMEOUT_S", "check_native_result", "check_properties", "single_property_states"]
+
+#: Seconds the exact engine may take (all properties together) unless ``--timeout`` leaves less. Its time depends
+#: on the digits of the rationals, not only on the model's size: the induced floats of a policy network have 53-bit
+#: denominators, and the bundled gridworld (N=6, 13,094 transitions) did not finish in 600 s, while crowds-5-5
+#: (13,041 transitions of the program's short decimals) took 0.18 s (``benchmarks/RESULTS.md``).
+EXACT_TIMEOUT_S = 120.0
+
+
+def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Precision) -> CheckResult:
+    """The native checker's answer as a :class:`CheckResult`.
+
+    Its sound iteration stops at a bound gap of ``2 * precision`` and returns the midpoint (absolute precision
+    only), so the bounds are the value +- precision for unbounded properties; step-bounded ones state none.
+    """
+    from distmc.check.native import check_native
+
+    if precision.relative or precision.exact:
+        raise DistmcError(f"the native checker checks to an absolute precision only (--precision-abs), not "
+                          f"{precision.describe()}: use --checker storm")
+    model = induced
+    if spec.is_reward and len(induced.rewards) > 1:  # the native checker reads the one structure the model has
+        name = str(spec.reward_name)
+        model = dataclasses.replace(induced, rewards={name: induced.rewards[name]})
+    value = check_native(model, spec, precision=precision.eps)
+    vals = [value] if not isinstance(value, dict) else [value["min"], value["max"]]
+    bounds: Any = None
+    if spec.solution == "sound":
+        iv = [precision.interval(v, spec.operator == "P") for v in vals]
+        bounds = iv[0] if not isinstance(value, dict) else {"min": iv[0], "max": iv[1]}
+    truth = decided = None
+    if spec.threshold is not None:
+        truth = decide(vals, spec.threshold)
+        if bounds is not None:
+            lo, hi = (bounds if not isinstance(bounds, dict) else
+                      bounds["min" if spec.threshold[0].startswith(">") else "max"])
+            decided = decide([lo], spec.threshold) == decide([hi], spec.threshold)
+    return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, method=spec.solution,
+                       checker="native")
+
+
+def _forked(fn: Callable[[], Any], timeout_s: float, partial: dict[str, Any]) -> Any:
+    """``fn()`` run in a forked child process, stopped (and reported) after ``timeout_s`` seconds.
+
+    Storm's exact engine cannot be interrupted from Python; a child process can. The child inherits the induced
+    model (no copy) and sends the result back pickled.
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(r)
+        try:
+            payload = pickle.dumps(("ok", fn()))
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+            payload = pickle.dumps(("error", exc if isinstance(exc, DistmcError) else DistmcError(str(exc))))
+        with os.fdopen(w, "wb") as out:
+            out.write(payload)
+        os._exit(0)
+    os.close(w)
+    chunks, deadline = [], time.monotonic() + timeout_s
+    with os.fdopen(r, "rb") as inp:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([inp], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise ResourceLimitError(
+                    f"--exact: Storm's exact engine did not finish within {timeout_s:.0f} s (the rationals of the "
+                    f"induced floats can have thousands of digits); run without --exact for a sound bound",
+                    partial,
+                )
+            data = inp.read1(1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+    os.waitpid(pid, 0)
+    if not chunks:
+        raise DistmcError("--exact: the exact check ended without an answer (its process was killed)")
+    kind, value = pickle.loads(b"".join(chunks))
+    if kind == "error":
+        raise value
+    return value
+
+
+def check_properties(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
+                     storm_model: Callable[[], Any], exact_timeout_s: float = EXACT_TIMEOUT_S) -> list[CheckResult]:
+    """Check each property of ``props`` with its checker (``checkers[i]``: ``storm`` or ``native``).
+
+    ``storm_model`` builds (once, on first use) Storm's model of ``induced``: it may release ``induced``'s
+    transitions, so the native checks run first. With ``precision.exact`` every check runs in a child process
+    that is stopped after ``exact_timeout_s`` seconds.
+    """
+    if precision.exact:
+        partial = {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0}
+        return _forked(lambda: _check_all(props, induced, checkers, precision, storm_model), exact_timeout_s, partial)
+    return _check_all(props, induced, checkers, precision, storm_model)
+
+
+def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
+               storm_model: Callable[[], Any]) -> list[CheckResult]:
+    out: list[CheckResult | None] = [None] * len(props.specs)
+    order = sorted(range(len(props.specs)), key=lambda i: checkers[i] != "native")
+    built: list[Any] = []
+    for i in order:
+        spec = props.specs[i]
+        t = time.perf_counter()
+        if checkers[i] == "native":
+            res = check_native_result(induced, spec, precision)
+        else:
+            if not built:
+                built.append(storm_model())
+                t = time.perf_counter()
+            res = check(built[0], spec, induced.kind, induced.initial, precision)
+        out[i] = dataclasses.replace(res, checker="storm-exact" if res.method == "exact" else checkers[i],
+                                     check_s=time.perf_counter() - t)
+    return [r for r in out if r is not None]
+
+
+def single_property_states(induced: InducedModel, props: PropertySet, codec: StateCodec) -> list[int]:
+    """For each property, the number of states its own exploration would have found (see the module docstring).
+
+    One breadth-first search over ``induced``'s transitions per property (the targets are concatenated once).
+    """
+    n = induced.n_states
+    targets = induced.targets
+    state_start = induced.row_offsets[induced.row_groups[:-1]]  # [N] first branch of each state's rows
+    state_end = induced.row_offsets[induced.row_groups[1:]]
+    out = []
+    for spec in props.specs:
+        terminal = np.zeros(n, dtype=bool)
+        if spec.terminal:
+            for start in range(0, n, LABEL_CHUNK):
+                states = codec.unpack(induced.keys[start : start + LABEL_CHUNK])
+                terminal[start : start + states.shape[0]] = spec.terminal_mask(states)
+        seen = np.zeros(n, dtype=bool)
+        seen[induced.initial] = True
+        frontier = np.unique(induced.initial)
+        while frontier.size:
+            f = frontier[~terminal[frontier]]
+            lengths = state_end[f] - state_start[f]
+            total = int(lengths.sum())
+            if total == 0:
+                break
+            base = np.repeat(state_start[f] - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+            succ = np.unique(targets[base + np.arange(total)])
+            frontier = succ[~seen[succ]]
+            seen[frontier] = True
+        out.append(int(seen.sum()))
+    return out
