@@ -127,7 +127,7 @@ def test_drn_export_reads_back_exactly(tmp_path: Path, mode: str, prop: str) -> 
             assert sorted(back.labeling.get_states(name)) == np.flatnonzero(mask).tolist(), name
     assert sorted(back.initial_states) == m.initial.tolist()
     spec = Job(_example_path("example"), prop, "N=4", mode=mode).build(explorer=False).spec
-    assert check(back, spec, m.kind, m.initial) == report.result  # bit for bit, not to 1e-10
+    assert check(back, spec, m.kind, m.initial).value == report.result  # bit for bit, not to 1e-10
 
 
 # -- rough edges: the command line -------------------------------------------------------------------------------
