@@ -435,7 +435,8 @@ def verify(
                             f"{job.prop} on {Path(job.model_path).name}, policy {_policy_name(parts, job.policy)}",
                             phase=clock.start)
     else:
-        clock.start("checking", "distmc's native value iteration" if "native" in checkers else "Storm")
+        if "native" in checkers or exact:  # natives run first; Storm's hand-off starts its own phases below
+            clock.start("checking", "Storm's exact engine" if exact else "distmc's native value iteration")
         left = None if limits.timeout is None else limits.timeout - clock.elapsed()
         storm_box: list[object] = []
 
@@ -447,7 +448,8 @@ def verify(
             return storm_box[0]
 
         checked = check_properties(parts.props, induced, checkers, prec, storm_model,
-                                   EXACT_TIMEOUT_S if left is None else max(1.0, min(EXACT_TIMEOUT_S, left)))
+                                   EXACT_TIMEOUT_S if left is None else max(1.0, min(EXACT_TIMEOUT_S, left)),
+                                   progress=clock.detail)
     timings = clock.stop()
     entries = [result_entry(sp.text, sp.name, r) for sp, r in zip(specs, checked, strict=True)]
     report = Report(

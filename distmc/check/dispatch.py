@@ -36,7 +36,8 @@ __all__ = ["EXACT_TIMEOUT_S", "check_native_result", "check_properties", "single
 EXACT_TIMEOUT_S = 120.0
 
 
-def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Precision) -> CheckResult:
+def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Precision,
+                        progress: Callable[[str], None] | None = None) -> CheckResult:
     """The native checker's answer as a :class:`CheckResult`.
 
     Its sound iteration stops at a bound gap of ``2 * precision`` and returns the midpoint (absolute precision
@@ -51,7 +52,7 @@ def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Pr
     if spec.is_reward and len(induced.rewards) > 1:  # the native checker reads the one structure the model has
         name = str(spec.reward_name)
         model = dataclasses.replace(induced, rewards={name: induced.rewards[name]})
-    value = check_native(model, spec, precision=precision.eps)
+    value = check_native(model, spec, precision=precision.eps, progress=progress)
     vals = [value] if not isinstance(value, dict) else [value["min"], value["max"]]
     bounds: Any = None
     if spec.solution == "sound":
@@ -112,21 +113,22 @@ def _forked(fn: Callable[[], Any], timeout_s: float, partial: dict[str, Any]) ->
 
 
 def check_properties(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
-                     storm_model: Callable[[], Any], exact_timeout_s: float = EXACT_TIMEOUT_S) -> list[CheckResult]:
+                     storm_model: Callable[[], Any], exact_timeout_s: float = EXACT_TIMEOUT_S,
+                     progress: Callable[[str], None] | None = None) -> list[CheckResult]:
     """Check each property of ``props`` with its checker (``checkers[i]``: ``storm`` or ``native``).
 
     ``storm_model`` builds (once, on first use) Storm's model of ``induced``: it may release ``induced``'s
     transitions, so the native checks run first. With ``precision.exact`` every check runs in a child process
-    that is stopped after ``exact_timeout_s`` seconds.
+    that is stopped after ``exact_timeout_s`` seconds. ``progress``: the native checker's steps (the live line).
     """
     if precision.exact:
         partial = {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0}
         return _forked(lambda: _check_all(props, induced, checkers, precision, storm_model), exact_timeout_s, partial)
-    return _check_all(props, induced, checkers, precision, storm_model)
+    return _check_all(props, induced, checkers, precision, storm_model, progress)
 
 
 def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
-               storm_model: Callable[[], Any]) -> list[CheckResult]:
+               storm_model: Callable[[], Any], progress: Callable[[str], None] | None = None) -> list[CheckResult]:
     out: list[CheckResult | None] = [None] * len(props.specs)
     order = sorted(range(len(props.specs)), key=lambda i: checkers[i] != "native")
     built: list[Any] = []
@@ -134,7 +136,7 @@ def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], p
         spec = props.specs[i]
         t = time.perf_counter()
         if checkers[i] == "native":
-            res = check_native_result(induced, spec, precision)
+            res = check_native_result(induced, spec, precision, progress)
         else:
             if not built:
                 built.append(storm_model())
