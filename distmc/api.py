@@ -56,7 +56,7 @@ STORM_BYTES_PER_TRANSITION = 80
 GATHER_BYTES_PER_TRANSITION = 16
 
 
-def _choose_ray_checker(checker: str, limits: Limits, rows: object, spec: PropertySpec, kind: str, workers: int,
+def _choose_ray_checker(checker: str, limits: Limits, rows: RayRows, spec: PropertySpec, kind: str, workers: int,
                         worker_rss: int) -> str:
     """``storm`` (gather the rows into this process) or ``distributed`` for a Ray run with the rows on the actors.
 
@@ -69,7 +69,7 @@ def _choose_ray_checker(checker: str, limits: Limits, rows: object, spec: Proper
         if why is not None:
             raise PropertyError(f"--checker distributed cannot check '{spec.text}': {why}")
         return "distributed"
-    transitions = int(getattr(rows, "n_transitions"))  # noqa: B009 - a RayRows
+    transitions = rows.n_transitions
     per = STORM_BYTES_PER_TRANSITION + GATHER_BYTES_PER_TRANSITION * (2 if workers > 1 else 1) - 16
     rss = rss_bytes()
     need = rss + per * transitions
@@ -373,7 +373,6 @@ def verify(
     rows_stay = (driver == "ray" and checker in ("auto", "distributed") and export_path is None and not keep_model
                  and (not explain.active or values_on_workers) and len(specs) == 1 and not exact
                  and not prec.relative)
-    bounds = None
     if parts.expander is not None:
         explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
     else:

@@ -49,7 +49,7 @@ from distmc.model.expr import CompiledExpr
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 
-__all__ = ["Mailbox", "WorkerEngine", "WorkerPart", "build_part"]
+__all__ = ["Mailbox", "WorkerEngine", "WorkerPart", "build_part", "own_slots"]
 
 #: How long a worker waits for a peer's message before it gives up (a peer that is gone is seen by the driver
 #: first, which then ends every worker; this bounds a wait nobody ends).
@@ -145,7 +145,7 @@ class WorkerPart:
         return {"rows": self.matrix.nbytes, "exchange": exch, "labels": lab, "keys": int(self.keys.nbytes)}
 
 
-def _own_slots(gids: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def own_slots(gids: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(slot where ``t`` would be among the own ``gids``, whether it is there) for global ids ``t``."""
     pos = np.searchsorted(gids, t)
     if gids.shape[0] == 0:
@@ -200,11 +200,12 @@ def build_part(
     gids, keys = gids[order], keys[order]
     n = int(gids.shape[0])
     row_gid = np.concatenate([r[0] for r in rows]) if rows else np.zeros(0, dtype=np.int64)
-    slots, found = _own_slots(gids, row_gid)
-    if row_gid.shape[0] != n or not found.all() or (n > 1 and not (np.diff(slots) > 0).all()):
-        if row_gid.shape[0] != n or not found.all() or np.unique(slots).shape[0] != n:
-            raise PropertyError("the distributed checker checks induced DTMCs (one row per state); this induced "
-                                "model keeps nondeterminism: use --checker storm")
+    slots, found = own_slots(gids, row_gid)
+    in_order = n < 2 or bool((np.diff(slots) > 0).all())  # increasing: also one row per slot
+    if row_gid.shape[0] != n or not found.all() or (not in_order and np.unique(slots).shape[0] != n):
+        raise PropertyError("the distributed checker checks induced DTMCs (one row per state); this induced "
+                            "model keeps nondeterminism: use --checker storm")
+    if not in_order:
         rows = _in_slot_order(rows, slots)
     del row_gid, slots, found
     col_dtype = np.int32 if n_total < 2**31 else np.int64
@@ -233,7 +234,7 @@ def build_part(
     flag_gids = np.concatenate([f[0] for f in flags]) if flags else np.zeros(0, dtype=np.int64)
     loop = np.zeros(n, dtype=bool)
     deadlock = np.zeros(n, dtype=bool)
-    fs, ff = _own_slots(gids, flag_gids)
+    fs, ff = own_slots(gids, flag_gids)
     if flags:
         loop[fs[ff]] = np.concatenate([f[1] for f in flags])[ff]
         deadlock[fs[ff]] = np.concatenate([f[2] for f in flags])[ff]

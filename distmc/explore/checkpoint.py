@@ -265,19 +265,12 @@ class Checkpoint:
             "flag_gids": _EMPTY, "loop": np.zeros(0, dtype=bool), "deadlock": np.zeros(0, dtype=bool),
         }]
         del keys, gids
-        for _, f in self._files("rows"):
-            rank = f.name[len("rows-") :]
-            rows = read_table(f)
-            trans = read_table(f.with_name("trans-" + rank))
-            flags = read_table(f.with_name("flags-" + rank))
+        for (row_state, row_action, counts, targets, prob), rewards, (flag_gids, loop, deadlock) in read_rows(
+                self.directory, self.level):
             out.append({
-                "gids": _EMPTY, "keys": np.zeros(0, dtype=self.key_dtype),
-                "row_state": rows.column("state").to_numpy(), "row_action": rows.column("action").to_numpy(),
-                "counts": rows.column("branches").to_numpy(),
-                "targets": trans.column("target").to_numpy(), "prob": trans.column("prob").to_numpy(),
-                "rewards": {n: rows.column(f"reward:{n}").to_numpy() for n in self.meta["reward_names"]},
-                "flag_gids": flags.column("gid").to_numpy(),
-                "loop": flags.column("loop").to_numpy(zero_copy_only=False),
-                "deadlock": flags.column("deadlock").to_numpy(zero_copy_only=False),
+                "gids": _EMPTY, "keys": np.zeros(0, dtype=self.key_dtype), "row_state": row_state,
+                "row_action": row_action, "counts": counts, "targets": targets, "prob": prob,
+                "rewards": {n: rewards[n] for n in self.meta["reward_names"]},
+                "flag_gids": flag_gids, "loop": loop, "deadlock": deadlock,
             })
         return out

@@ -415,17 +415,16 @@ class PartitionActor:
 
         ``owner_by_gid``: ``[N]`` the owner of every state (the restored actors know only their own states' keys).
         """
+        from distmc.check.distributed import own_slots
         from distmc.explore.checkpoint import read_rows
 
         own = np.sort(self.gids[: self.visited.size])
         for rows, rewards, flags in read_rows(directory, level):
-            pos = np.minimum(np.searchsorted(own, rows[0]), max(own.shape[0] - 1, 0))
-            mine = own[pos] == rows[0] if own.shape[0] else np.zeros(rows[0].shape[0], dtype=bool)
+            mine = own_slots(own, rows[0])[1]
             branch = np.repeat(mine, rows[2])
             self.rows.append((rows[0][mine], rows[1][mine], rows[2][mine], *_compact(rows[3][branch], rows[4][branch])))
             self.rewards.append({k: v[mine] for k, v in rewards.items()})
-            fpos = np.minimum(np.searchsorted(own, flags[0]), max(own.shape[0] - 1, 0))
-            fmine = own[fpos] == flags[0] if own.shape[0] else np.zeros(flags[0].shape[0], dtype=bool)
+            fmine = own_slots(own, flags[0])[1]
             self.flags.append((flags[0][fmine], flags[1][fmine], flags[2][fmine]))
         self.owner_by_gid = owner_by_gid
         self.written = (len(self.rows), len(self.flags))  # on disk already

@@ -408,7 +408,11 @@ class _RayRun:
     def split(self, out: Explored) -> None:
         """The run's time split into ``out``'s stats, and each worker's idle time in the levels."""
         out.stats.update(startup_s=self.startup_s, levels_s=self.levels_s)
-        for ws in out.worker_stats:  # a worker's level time it was not working: at the barriers, or Ray's transfers
+        self.idle(out.worker_stats)
+
+    def idle(self, worker_stats: list[dict[str, Any]]) -> None:
+        """Each worker's level time it was not working (at the barriers, or in Ray's transfers), as ``idle_s``."""
+        for ws in worker_stats:
             busy = sum(float(ws.get(k, 0.0)) for k in ("expand_s", "lookup_s", "store_s", "exchange_s", "checkpoint_s"))
             ws["idle_s"] = max(0.0, self.levels_s - busy)
 
@@ -574,9 +578,7 @@ class _RayRun:
             out["at_risk"] = [{k: v for k, v in c.items() if k != "gid"} for c in cands[:RISKIEST]]
         out.update(build_s=t1 - t0, check_s=t2 - t1,
                    worker_stats=[dict(r["stats"], pid=i["pid"]) for r, i in zip(results, self.info, strict=True)])
-        for ws in out["worker_stats"]:
-            busy = sum(float(ws.get(k, 0.0)) for k in ("expand_s", "lookup_s", "store_s", "exchange_s", "checkpoint_s"))
-            ws["idle_s"] = max(0.0, self.levels_s - busy)
+        self.idle(out["worker_stats"])
         return out
 
     def absorb(self) -> None:
