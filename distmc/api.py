@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
@@ -23,20 +24,15 @@ from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, peak_rss_bytes, rss_bytes
 from distmc.explore.local import explore_local
 from distmc.explore.partition import Explored
+from distmc.options import VerifyOptions, merged
 from distmc.pipeline import Job, Parts
 
 if TYPE_CHECKING:
     from distmc.explore.ray.coordinator import RayRows
 
-__all__ = ["Report", "verify"]
+__all__ = ["Report", "Session", "VerifyOptions", "sweep", "verify"]
 
 log = logging.getLogger(__name__)
-
-
-def _const_text(constants: str | dict[str, str] | None) -> str | None:
-    if constants is None or isinstance(constants, str):
-        return constants
-    return ",".join(f"{k}={v}" for k, v in constants.items())
 
 
 #: Parts of the exploration time a driver reports: Ray actors' start-up, the levels (of which ``place_s``: placing
@@ -175,6 +171,7 @@ class Report:
     traces: list[dict] | None = None
     traces_mass: float | None = None
     riskiest_states: list[dict] | None = None
+    options: dict[str, object] = field(default_factory=dict)  # the run's VerifyOptions (``to_dict``)
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -203,287 +200,228 @@ class Report:
         )
 
 
-def verify(
-    model_path: str | Path | None,
-    prop: str | None,
-    *,
-    constants: str | dict[str, str] | None = None,
-    policy: str | None = "uniform",
-    interface: str | Path | None = None,
-    mode: str = "stochastic",
-    threshold: float = 0.0,
-    resolve: str = "none",
-    workers: int = 1,
-    driver: str | None = None,
-    address: str | None = None,
-    max_states: int | None = None,
-    max_memory: str | int | None = None,
-    timeout: str | float | None = None,
-    checkpoint_dir: str | Path | None = None,
-    resume: str | Path | None = None,
-    progress: Callable[[dict[str, float]], None] | None = None,
-    phases: Callable[[str, str], None] | None = None,
-    gpus_per_worker: float | None = None,
-    threads_per_worker: int | None = None,
-    policy_servers: int = 0,
-    export_path: str | Path | None = None,
-    keep_model: bool = False,
-    trust_policy: bool = False,
-    checker: str = "auto",
-    traces: int = 0,
-    values: str | Path | None = None,
-    plot: str | Path | None = None,
-    plot_vars: str | None = None,
-    props: list[str] | None = None,
-    precision: float | None = None,
-    precision_abs: float | None = None,
-    exact: bool = False,
-    sound_mdp: bool = False,
-) -> Report | tuple[Report, InducedModel]:
+def verify(model_path: str | Path | None, prop: str | None, options: VerifyOptions | None = None,
+           **kw: Any) -> Report | tuple[Report, InducedModel]:
     """Explore the states the policy reaches, build the induced model and check ``prop`` with Storm.
 
     Args:
         model_path: PRISM file (dtmc or mdp); None with ``resume`` (the checkpoint names it).
-        prop: PCTL property, ``P=? [...]`` or ``R{"r"}=? [...]`` (``min``/``max`` optional); None with ``resume``.
-        constants: undefined constants, ``"N=3,p=0.1"``.
-        policy: ``"uniform"``, a policy file (TorchScript, state_dict, SB3 ``.zip``) or ``module:function``
-            (see :func:`distmc.policy.load_policy`).
-        interface: interface file of the network (features, actions, output); default: the one saved beside the
-            policy file (``trained.pt`` -> ``trained.json``), else every variable and action label.
-        mode: ``stochastic``, ``deterministic`` or ``monolithic``.
-        threshold: in stochastic mode, keep actions with pi(a|s) > threshold.
-        resolve: ``none`` (same-label choices stay nondeterministic) or ``uniform``.
-        workers: number of partitions (Ray actors with the ray driver).
-        driver: ``local`` (in-process, one partition) or ``ray``; default: local for one worker and no address.
-        address: a Ray cluster to join (``auto`` or ``HOST:PORT``); None starts a local Ray when needed.
-        max_states: stop with :class:`~distmc.errors.ResourceLimitError` (and its partial report) beyond this
-            many states.
-        max_memory: the same beyond this much memory (bytes, or a size such as ``"8G"``).
-        timeout: the same after this long (seconds, or ``"15m"``).
-        checkpoint_dir: write every explored level there (Arrow IPC, :mod:`distmc.explore.checkpoint`); a lost
-            worker is then replaced and the run goes on. Uses the Ray driver.
-        resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
-            arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.
-        progress: called after every explored level with a dict (depth, states, frontier, transitions, ...).
-        phases: called with a phase's name (``parsing``, ``exploring``, ``assembling``, ``exporting``,
-            ``handing to Storm``, ``checking``) and a detail when it starts (:mod:`distmc._internal.phases`; the
-            live line shows it, ``--log-level info`` logs each phase's start and end).
-        gpus_per_worker: Ray driver: the GPU share each worker asks for (None: the cluster's GPUs split evenly
-            over the workers, at most one each; 0: policies on the CPU).
-        threads_per_worker: Ray driver: the compiled kernels' threads in each worker (None: the cluster's CPUs
-            divided by the workers, at least one).
-        policy_servers: Ray driver: 0, every worker loads its own policy replica; S > 0, S policy-server actors
-            (one GPU each where the cluster has them) evaluate the policy for the workers.
-        export_path: also write the induced model (``.umb`` or ``.drn``).
-        keep_model: also return the :class:`InducedModel`.
-        trust_policy: allow policy formats whose loading runs code stored in the file (SB3 ``.zip``).
-        checker: ``storm`` (the reference), ``native`` (distmc's own check of reachability probabilities on
-            DTMCs, :mod:`distmc.check.native`) or ``auto``: Storm unless it would not fit in memory
-            (``max_memory``, else the machine's available memory) and the native checker can check the property.
-        traces: also find the K most probable paths to the target of a reachability property
-            (:mod:`distmc.explain.traces`; ``Report.traces``, ``Report.traces_mass``).
-        values: also write the property's value in every state to this Parquet file
-            (:mod:`distmc.explain.values`); ``Report.riskiest_states`` lists the 5 states most at risk.
-        plot: also draw the values as a heatmap over two variables into this image (:mod:`distmc.explain.plot`).
-        plot_vars: the heatmap's variables, ``"x,y"`` (default: the first two int variables).
-        props: more properties (each may hold several, ``;``-separated, and ``const`` definitions), all checked on
-            one exploration; ``report.results`` has one entry each.
-        precision: relative precision of the sound methods (``--precision``); at most one of it and
-            ``precision_abs``.
-        precision_abs: absolute precision of the sound methods (``--precision-abs``; default 1e-12).
-        exact: check with Storm's exact rational engine (models up to
-            :data:`~distmc.check.checker.EXACT_MAX_TRANSITIONS` transitions; a check that takes longer than
-            :data:`~distmc.check.dispatch.EXACT_TIMEOUT_S`, or than ``timeout`` leaves, stops with
-            :class:`~distmc.errors.ResourceLimitError`).
-        sound_mdp: check induced MDPs by Storm's interval iteration, with bounds (``--sound-mdp``); else by
-            Storm's default min-max method, which states none.
+        prop: PCTL property, ``P=? [...]`` or ``R{"r"}=? [...]`` (``min``/``max`` optional); None with ``resume``
+            (or with ``props``).
+        options: the run's :class:`~distmc.options.VerifyOptions` (default: its defaults).
+        kw: options by name (``constants="N=6"``, ``workers=2``, ...: the fields of
+            :class:`~distmc.options.VerifyOptions`), over those of ``options``; an unknown name is a TypeError.
 
+    Returns the :class:`Report` (its ``options`` are the run's, saved), and with ``keep_model`` the induced model
+    too. Several calls in one process reuse the Ray actors the last one kept (:class:`Session`).
 
     Example:
         >>> r = verify("gridworld.prism", 'P=? [F "crash"]', constants="N=6")  # doctest: +SKIP
         >>> r.result
         0.0625
     """
-    if workers < 1:
-        raise DistmcError(f"--workers must be at least 1, not {workers}")
-    if policy_servers < 0:
-        raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
-    if threads_per_worker is not None and threads_per_worker < 1:
-        raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
-    if checker not in ("auto", "storm", "native", "distributed"):
-        raise DistmcError(f"--checker must be auto, storm, native or distributed, not '{checker}'")
-    if not 0.0 <= threshold < 1.0:
-        raise DistmcError(f"--threshold must be in [0, 1), not {threshold}")
-    texts = ([prop] if prop is not None else []) + list(props or [])
-    prop = "; ".join(texts) if texts else None
-    if resume is None and (model_path is None or prop is None):
-        raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
-    prec = Precision.from_options(precision, precision_abs, exact, sound_mdp)
-    if exact and checker in ("native", "distributed"):
-        raise DistmcError(f"--exact checks with Storm's exact engine: not with --checker {checker}")
-    if prec.relative and checker in ("native", "distributed"):
-        raise DistmcError(f"the {checker} checker checks to an absolute precision only (--precision-abs): use "
-                          "--checker storm for --precision")
-    limits = Limits(max_states, parse_memory(max_memory), parse_duration(timeout))
-    clock = PhaseClock(phases)
-    clock.start("parsing")
-    job = Job(str(model_path), str(prop), _const_text(constants), policy, None if interface is None else str(interface),
-              mode, threshold, resolve, trust_policy)
-    ckpt: Checkpoint | None = None
-    if resume is not None:
-        if checkpoint_dir is not None and Path(checkpoint_dir).resolve() != Path(resume).resolve():
-            raise DistmcError("--resume DIR goes on writing to DIR: do not give another --checkpoint-dir")
-        ckpt = Checkpoint.open(resume)
-        job = _resumed_job(ckpt.job, job, model_path, prop)
-        checker = ckpt.meta.get("checker", "auto") if checker == "auto" else checker  # the one the run asked for
-    if driver is None:
-        driver = ("local" if workers == 1 and address is None and resume is None and checkpoint_dir is None
-                  and not policy_servers and checker != "distributed" else "ray")
-    if driver not in ("local", "ray"):
-        raise DistmcError(f"--driver must be 'local' or 'ray', not '{driver}'")
-    if driver == "local" and workers != 1:
-        raise DistmcError("the local driver runs one partition: use --driver ray for --workers > 1")
-    if driver == "local" and policy_servers:
-        raise DistmcError("policy servers serve Ray workers: use --driver ray (or leave --driver out)")
-    if driver == "local" and (checkpoint_dir is not None or resume is not None):
-        raise DistmcError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
-    if driver == "local" and checker == "distributed":
-        raise DistmcError("--checker distributed checks on the Ray workers: use --driver ray (or leave --driver out)")
-    if checker == "distributed" and (keep_model or export_path is not None):
-        raise DistmcError("--checker distributed leaves the model on the workers: to export it (or keep it), use "
-                          "--checker storm or native, which gather it into this process")
-    parts = job.build(explorer=driver == "local")
-    model, spec, codec, reward_names = parts.model, parts.spec, parts.codec, parts.reward_names
-    specs = parts.props.specs
-    explain = Explain(traces, values, plot, plot_vars)
-    if explain.active and len(specs) > 1:
-        raise DistmcError("--traces, --values and --plot explain one property: give one --prop with them")
-    explain.validate(parts)
-    if checker == "distributed" and len(specs) > 1:
-        raise DistmcError("--checker distributed checks one property a run (give one --prop), or use --checker auto")
-    if checkpoint_dir is not None and ckpt is None:
-        ckpt = Checkpoint.create(checkpoint_dir, job, codec.dtype, reward_names, checker=checker)
-    clock.start("exploring", driver)
-    # --values alone works on the workers (each writes its part); traces and the picture need the whole model
-    values_on_workers = checker == "distributed" and explain.wants_values and not traces and plot is None
-    if checker == "distributed" and explain.active and not values_on_workers:
-        raise DistmcError("--traces and --plot work on the model gathered to this process: use --checker auto, "
-                          "storm or native with them (--values alone works with --checker distributed: each "
-                          "worker writes its part of the table)")
-    rows_stay = (driver == "ray" and checker in ("auto", "distributed") and export_path is None and not keep_model
-                 and (not explain.active or values_on_workers) and len(specs) == 1 and not exact
-                 and not prec.relative)
-    if parts.expander is not None:
-        explored = explore_local(parts.expander, codec.pack(model.initial_states), limits=limits, progress=progress)
-    else:
+    run = _Run.start(model_path, prop, VerifyOptions.build(options, **kw))
+    explored = run.explore()
+    run.clock.start("assembling")
+    if not isinstance(explored, Explored):  # the rows are on the Ray workers
+        checked = run.on_workers(explored)
+        if isinstance(checked, Report):
+            return checked
+        explored = checked
+    report, induced = run.check_gathered(explored)
+    return (report, induced) if run.opts.keep_model else report
+
+
+@dataclass
+class _Run:
+    """One :func:`verify` call: its options, what they resolve to, and what one phase hands the next."""
+
+    opts: VerifyOptions
+    job: Job
+    checker: str  # after --resume with ``auto``: the one the checkpointed run asked for
+    ckpt: Checkpoint | None
+    parts: Parts
+    explain: Explain
+    prec: Precision
+    limits: Limits
+    clock: PhaseClock
+    rows_stay: bool = False  # the Ray workers keep the rows (a distributed check may run on them)
+    values_on_workers: bool = False  # --values alone with the distributed checker: each worker writes its part
+
+    @property
+    def driver(self) -> str:
+        return self.opts.run_driver
+
+    @classmethod
+    def start(cls, model_path: str | Path | None, prop: str | None, o: VerifyOptions) -> _Run:
+        """Parse the model and the properties, open (or create) the checkpoint; fail on what cannot be done."""
+        texts = ([prop] if prop is not None else []) + list(o.props)
+        prop = "; ".join(texts) if texts else None
+        if o.resume is None and (model_path is None or prop is None):
+            raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
+        prec = Precision.from_options(o.precision, o.precision_abs, o.exact, o.sound_mdp)
+        limits = Limits(o.max_states, parse_memory(o.max_memory), parse_duration(o.timeout))
+        clock = PhaseClock(o.phases)
+        clock.start("parsing")
+        job = Job(str(model_path), str(prop), o.constants, o.policy, o.interface, o.mode, o.threshold, o.resolve,
+                  o.trust_policy)
+        ckpt: Checkpoint | None = None
+        checker = o.checker
+        if o.resume is not None:
+            ckpt = Checkpoint.open(o.resume)
+            job = _resumed_job(ckpt.job, job, model_path, prop)
+            checker = ckpt.meta.get("checker", "auto") if checker == "auto" else checker  # the one the run asked for
+            o.check_distributed(checker)
+        parts = job.build(explorer=o.run_driver == "local")
+        specs = parts.props.specs
+        explain = Explain(o.traces, o.values, o.plot, o.plot_vars)
+        if explain.active and len(specs) > 1:
+            raise DistmcError("--traces, --values and --plot explain one property: give one --prop with them")
+        explain.validate(parts)
+        if checker == "distributed" and len(specs) > 1:
+            raise DistmcError("--checker distributed checks one property a run (give one --prop), or use --checker "
+                              "auto")
+        if o.checkpoint_dir is not None and ckpt is None:
+            ckpt = Checkpoint.create(o.checkpoint_dir, job, parts.codec.dtype, parts.reward_names, checker=checker)
+        run = cls(o, job, checker, ckpt, parts, explain, prec, limits, clock)
+        # --values alone works on the workers (each writes its part); traces and the picture need the whole model
+        run.values_on_workers = checker == "distributed" and explain.wants_values and not o.traces and o.plot is None
+        if checker == "distributed" and explain.active and not run.values_on_workers:
+            raise DistmcError("--traces and --plot work on the model gathered to this process: use --checker auto, "
+                              "storm or native with them (--values alone works with --checker distributed: each "
+                              "worker writes its part of the table)")
+        run.rows_stay = (run.driver == "ray" and checker in ("auto", "distributed") and o.export_path is None
+                         and not o.keep_model and (not explain.active or run.values_on_workers) and len(specs) == 1
+                         and not o.exact and not prec.relative)
+        return run
+
+    def explore(self) -> Explored | RayRows:
+        """The states the policy reaches: in this process, or on the Ray workers (rows there with ``rows_stay``)."""
+        o, parts = self.opts, self.parts
+        self.clock.start("exploring", self.driver)
+        initial = parts.codec.pack(parts.model.initial_states)
+        if parts.expander is not None:
+            return explore_local(parts.expander, initial, limits=self.limits, progress=o.progress)
         from distmc.explore.ray import explore_ray
 
-        explored = explore_ray(job, codec, codec.pack(model.initial_states), workers, address=address,
-                               limits=limits, checkpoint=ckpt, progress=progress, gpus_per_worker=gpus_per_worker,
-                               threads_per_worker=threads_per_worker,
-                               policy_servers=policy_servers if parts.uses_policy else 0, rows_stay=rows_stay)
-    clock.start("assembling")
-    if not isinstance(explored, Explored):  # the rows are on the Ray workers
-        ray_rows = explored
+        return explore_ray(self.job, parts.codec, initial, o.workers, address=o.address, limits=self.limits,
+                           checkpoint=self.ckpt, progress=o.progress, gpus_per_worker=o.gpus_per_worker,
+                           threads_per_worker=o.threads_per_worker,
+                           policy_servers=o.policy_servers if parts.uses_policy else 0, rows_stay=self.rows_stay)
+
+    def on_workers(self, rows: RayRows) -> Report | Explored:
+        """Rows on the Ray workers: check them there (the report), or gather them here (for Storm)."""
         ok = False
         try:
-            kind = "mdp" if parts.force_mdp else "dtmc"  # a policy-induced model with several rows fails in the check
-            used = _choose_ray_checker(checker, limits, ray_rows, spec, kind, workers,
-                                       sum(int(w.get("rss", 0)) for w in ray_rows.worker_stats))
+            kind = "mdp" if self.parts.force_mdp else "dtmc"  # a policy-induced model with several rows fails later
+            used = _choose_ray_checker(self.checker, self.limits, rows, self.parts.spec, kind, self.opts.workers,
+                                       sum(int(w.get("rss", 0)) for w in rows.worker_stats))
             if used == "distributed":
-                clock.start("checking", "distributed, on the Ray workers")
-                out = ray_rows.check(prec.eps, progress=progress,
-                                     values_dir=str(values) if values_on_workers else None)
-                if values_on_workers:
-                    explain.at_risk = out["at_risk"]
-                timings = clock.stop()
-                # the workers build their parts of the model (and the exchange plan) first: that is assembly
-                timings["assemble_s"] += float(out["build_s"])
-                timings["check_s"] -= float(out["build_s"])
-                sound = spec.solution == "sound"
-                value, bounds = summarise(out["value"], out["lower"] if sound else None,
-                                          out["upper"] if sound else None)
-                res = CheckResult(value, bounds, method="sound" if sound else "steps", checker="distributed",
-                                  check_s=timings["check_s"])
+                report = self.check_distributed(rows)
                 ok = True
-                report = _distributed_report(job, parts, workers, driver, ray_rows, res, timings, prec)
-                report.riskiest_states = explain.at_risk
                 return report
-            explored = ray_rows.gather()
+            explored = rows.gather()
             ok = True
+            return explored
         finally:
-            ray_rows.close(ok)
-    induced = assemble(explored, model, codec, parts.props.atoms, reward_names, force_mdp=parts.force_mdp)
-    explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
-    if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
-        explain.before_check(induced, parts, job, phase=clock.start)
-    if exact and induced.n_transitions > EXACT_MAX_TRANSITIONS:
-        raise DistmcError(f"--exact: the induced model has {induced.n_transitions} transitions, more than the exact "
-                          f"engine's limit of {EXACT_MAX_TRANSITIONS}; run without --exact for a sound bound")
-    asked = checker if checker != "auto" or driver == "local" else "storm"  # Ray's auto chose Storm: it fits
-    checkers = ["storm" if exact else _choose_checker(asked, limits, induced, s, int(explored.stats.get("depth", 0)),
-                                                      release=not keep_model) for s in specs]
-    used = checkers[0] if len(set(checkers)) == 1 else "+".join(dict.fromkeys(checkers))
-    if export_path is not None:
-        clock.start("exporting", str(export_path))
-        export(induced, export_path)
-    single = single_property_states(induced, parts.props, codec) if len(specs) > 1 else []
-    if explain.wants_values:  # one property: its value in every state, from the same solver run as the result
-        checked = [_check_explained(induced, spec, used, explain, keep_model, clock)]
-        explain.after_check(induced, parts, explain.vectors,
-                            f"{job.prop} on {Path(job.model_path).name}, policy {_policy_name(parts, job.policy)}",
-                            phase=clock.start)
-    else:
-        if "native" in checkers or exact:  # natives run first; Storm's hand-off starts its own phases below
-            clock.start("checking", "Storm's exact engine" if exact else "distmc's native value iteration")
-        left = None if limits.timeout is None else limits.timeout - clock.elapsed()
+            rows.close(ok)
+
+    def check_distributed(self, rows: RayRows) -> Report:
+        """Check the property on the workers that hold the rows (:meth:`RayRows.check`)."""
+        spec = self.parts.spec
+        self.clock.start("checking", "distributed, on the Ray workers")
+        out = rows.check(self.prec.eps, progress=self.opts.progress,
+                         values_dir=self.opts.values if self.values_on_workers else None)
+        if self.values_on_workers:
+            self.explain.at_risk = out["at_risk"]
+        timings = self.clock.stop()
+        # the workers build their parts of the model (and the exchange plan) first: that is assembly
+        timings["assemble_s"] += float(out["build_s"])
+        timings["check_s"] -= float(out["build_s"])
+        sound = spec.solution == "sound"
+        value, bounds = summarise(out["value"], out["lower"] if sound else None, out["upper"] if sound else None)
+        res = CheckResult(value, bounds, method="sound" if sound else "steps", checker="distributed",
+                          check_s=timings["check_s"])
+        entry = result_entry(spec.text, spec.name, res)
+        return Report(
+            result=res.value, bounds=entry["bounds"],  # type: ignore[arg-type]
+            results=[entry], states=rows.n_states, transitions=rows.n_transitions, induced="dtmc",
+            choices=rows.n_states, initial_states=rows.n_initial, checker="distributed",
+            riskiest_states=self.explain.at_risk, **self.common(rows.stats, rows.worker_stats, timings))
+
+    def check_gathered(self, explored: Explored) -> tuple[Report, InducedModel]:
+        """Assemble the induced model in this process and check every property (Storm, native or exact)."""
+        o, parts, explain, clock = self.opts, self.parts, self.explain, self.clock
+        specs = parts.props.specs
+        induced = assemble(explored, parts.model, parts.codec, parts.props.atoms, parts.reward_names,
+                           force_mdp=parts.force_mdp)
+        explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
+        if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
+            explain.before_check(induced, parts, self.job, phase=clock.start)
+        if o.exact and induced.n_transitions > EXACT_MAX_TRANSITIONS:
+            raise DistmcError(f"--exact: the induced model has {induced.n_transitions} transitions, more than the "
+                              f"exact engine's limit of {EXACT_MAX_TRANSITIONS}; run without --exact for a sound "
+                              "bound")
+        asked = self.checker if self.checker != "auto" or self.driver == "local" else "storm"  # Ray's auto: fits
+        depth = int(explored.stats.get("depth", 0))
+        checkers = ["storm" if o.exact else _choose_checker(asked, self.limits, induced, s, depth,
+                                                            release=not o.keep_model) for s in specs]
+        used = checkers[0] if len(set(checkers)) == 1 else "+".join(dict.fromkeys(checkers))
+        if o.export_path is not None:
+            clock.start("exporting", o.export_path)
+            export(induced, o.export_path)
+        single = single_property_states(induced, parts.props, parts.codec) if len(specs) > 1 else []
+        if explain.wants_values:  # one property: its value in every state, from the same solver run as the result
+            checked = [_check_explained(induced, parts.spec, used, explain, o.keep_model, clock)]
+            explain.after_check(induced, parts, explain.vectors, f"{self.job.prop} on {Path(self.job.model_path).name}"
+                                f", policy {_policy_name(parts, self.job.policy)}", phase=clock.start)
+        else:
+            checked = self.check_here(induced, checkers)
+        timings = clock.stop()
+        entries = [result_entry(sp.text, sp.name, r) for sp, r in zip(specs, checked, strict=True)]
+        report = Report(
+            result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
+            truth=checked[0].truth, results=entries, single_states=single, states=induced.n_states,
+            transitions=induced.n_transitions, induced=induced.kind, choices=induced.n_rows,
+            initial_states=int(induced.initial.shape[0]), checker=used, traces=explain.found,
+            traces_mass=explain.mass, riskiest_states=explain.at_risk,
+            **self.common(explored.stats, explored.worker_stats, timings))
+        return report, induced
+
+    def check_here(self, induced: InducedModel, checkers: list[str]) -> list[CheckResult]:
+        """Every property, each by its checker; Storm gets the model once, when the first of its checks needs it."""
+        o, clock = self.opts, self.clock
+        if "native" in checkers or o.exact:  # natives run first; Storm's hand-off starts its own phases below
+            clock.start("checking", "Storm's exact engine" if o.exact else "distmc's native value iteration")
+        left = None if self.limits.timeout is None else self.limits.timeout - clock.elapsed()
         storm_box: list[object] = []
 
-        def storm_model() -> object:  # handed over once, when the first property Storm checks needs it
+        def storm_model() -> object:
             if not storm_box:
                 clock.start("handing to Storm")
-                storm_box.append(to_storm(induced, release=not keep_model, exact=exact))
+                storm_box.append(to_storm(induced, release=not o.keep_model, exact=o.exact))
                 clock.start("checking", "Storm")
             return storm_box[0]
 
-        checked = check_properties(parts.props, induced, checkers, prec, storm_model,
-                                   EXACT_TIMEOUT_S if left is None else max(1.0, min(EXACT_TIMEOUT_S, left)),
-                                   progress=clock.detail)
-    timings = clock.stop()
-    entries = [result_entry(sp.text, sp.name, r) for sp, r in zip(specs, checked, strict=True)]
-    report = Report(
-        result=checked[0].value,
-        bounds=entries[0]["bounds"],  # type: ignore[arg-type]
-        truth=checked[0].truth,
-        precision=prec.describe(),
-        results=entries,
-        single_states=single,
-        states=induced.n_states,
-        transitions=induced.n_transitions,
-        mode=job.mode,  # after --resume: the checkpoint's, not this call's defaults
-        workers=workers,
-        driver=driver,
-        worker_stats=list(explored.worker_stats),
-        model=job.model_path,
-        property=job.prop,
-        policy=_policy_name(parts, job.policy),  # after --resume: the checkpoint's policy
-        induced=induced.kind,
-        choices=induced.n_rows,
-        initial_states=int(induced.initial.shape[0]),
-        depth=int(explored.stats.get("depth", 0)),
-        policy_states=int(explored.stats.get("policy_states", 0)),
-        policy_calls=int(explored.stats.get("policy_calls", 0)),
-        restarts=int(explored.stats.get("restarts", 0)),
-        checker=used,
-        memory={"driver_peak_bytes": peak_rss_bytes(),
-                "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in explored.worker_stats]},
-        traces=explain.found,
-        traces_mass=explain.mass,
-        riskiest_states=explain.at_risk,
-        timings={"handoff_s": 0.0, **timings,
-                 **{k: float(v) for k, v in explored.stats.items() if k in _EXPLORE_SPLIT}},
-    )
-    return (report, induced) if keep_model else report
+        return check_properties(self.parts.props, induced, checkers, self.prec, storm_model,
+                                EXACT_TIMEOUT_S if left is None else max(1.0, min(EXACT_TIMEOUT_S, left)),
+                                progress=clock.detail)
+
+    def common(self, stats: dict[str, float], worker_stats: list[dict[str, Any]],
+               timings: dict[str, float]) -> dict[str, Any]:
+        """The report's fields every run has alike: what was run, the exploration's counters, memory, times."""
+        job = self.job
+        return dict(
+            precision=self.prec.describe(),
+            mode=job.mode,  # after --resume: the checkpoint's, not this call's defaults
+            workers=self.opts.workers, driver=self.driver, worker_stats=list(worker_stats), model=job.model_path,
+            property=job.prop, policy=_policy_name(self.parts, job.policy),  # after --resume: the checkpoint's
+            depth=int(stats.get("depth", 0)), policy_states=int(stats.get("policy_states", 0)),
+            policy_calls=int(stats.get("policy_calls", 0)), restarts=int(stats.get("restarts", 0)),
+            memory={"driver_peak_bytes": peak_rss_bytes(),
+                    "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in worker_stats]},
+            timings={"handoff_s": 0.0, **timings, **{k: float(v) for k, v in stats.items() if k in _EXPLORE_SPLIT}},
+            options=self.opts.to_dict())
 
 
 def _policy_name(parts: Parts, policy: str | None) -> str:
@@ -508,34 +446,59 @@ def _check_explained(induced: InducedModel, spec: PropertySpec, used: str, expla
     return CheckResult(value, None, method="other", checker=used)
 
 
-def _distributed_report(job: Job, parts: Parts, workers: int, driver: str, rows: RayRows, res: CheckResult,
-                        timings: dict[str, float], prec: Precision) -> Report:
-    """The report of a run checked on the Ray workers (no induced model in this process)."""
-    stats = rows.stats
-    entry = result_entry(parts.spec.text, parts.spec.name, res)
-    return Report(
-        result=res.value,
-        bounds=entry["bounds"],  # type: ignore[arg-type]
-        precision=prec.describe(),
-        results=[entry],
-        states=rows.n_states,
-        transitions=rows.n_transitions,
-        mode=job.mode,
-        workers=workers,
-        driver=driver,
-        worker_stats=list(rows.worker_stats),
-        model=job.model_path,
-        property=job.prop,
-        policy=_policy_name(parts, job.policy),
-        induced="dtmc",
-        choices=rows.n_states,
-        initial_states=rows.n_initial,
-        depth=int(stats.get("depth", 0)),
-        policy_states=int(stats.get("policy_states", 0)),
-        policy_calls=int(stats.get("policy_calls", 0)),
-        restarts=int(stats.get("restarts", 0)),
-        checker="distributed",
-        memory={"driver_peak_bytes": peak_rss_bytes(),
-                "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in rows.worker_stats]},
-        timings={"handoff_s": 0.0, **timings, **{k: float(v) for k, v in stats.items() if k in _EXPLORE_SPLIT}},
-    )
+class Session:
+    """Several :func:`verify` runs in one process that share its Ray and the actors each run keeps for the next.
+
+    Every run is ``options`` (the session's) with its own changes. A Ray run's actors are kept after it ends and
+    taken by the next run with the same worker count, resources and threads (any model, constants or policy),
+    which then skips their start-up (``timings["startup_s"]``); the session ends them when it closes, and stops
+    the local Ray it started (a Ray this process was already connected to stays up)::
+
+        with Session(constants="N=6", workers=2) as s:
+            a = s.verify("gridworld.prism", 'P=? [F "crash"]', policy="a.pt")
+            b = s.verify("gridworld.prism", 'P=? [F "crash"]', {"policy": "b.pt"})
+    """
+
+    def __init__(self, options: VerifyOptions | None = None, **kw: Any) -> None:
+        self.options = VerifyOptions.build(options, **kw)
+        self._ray_was_up = False
+
+    def verify(self, model_path: str | Path | None, prop: str | None,
+               changes: VerifyOptions | Mapping[str, Any] | None = None, **kw: Any) -> Report | tuple[Report, InducedModel]:
+        """:func:`verify` with the session's options; ``changes``: a mapping of changes to them, or whole options."""
+        return verify(model_path, prop, merged(changes, self.options), **kw)
+
+    def sweep(self, model_path: str | Path | None, prop: str | None,
+              variants: Iterable[VerifyOptions | Mapping[str, Any]]) -> list[Report | tuple[Report, InducedModel]]:
+        """One run per variant (changes to the session's options, or whole options), in order."""
+        return [self.verify(model_path, prop, v) for v in variants]
+
+    def __enter__(self) -> Session:
+        ray = sys.modules.get("ray")
+        self._ray_was_up = ray is not None and ray.is_initialized()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the kept actors, and the local Ray the session's runs started."""
+        if "distmc.explore.ray.coordinator" in sys.modules:
+            from distmc.explore.ray import release_workers
+
+            release_workers()
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized() and not self._ray_was_up:
+            ray.shutdown()
+
+
+def sweep(model_path: str | Path | None, prop: str | None, variants: Iterable[VerifyOptions | Mapping[str, Any]],
+          options: VerifyOptions | None = None, **kw: Any) -> list[Report | tuple[Report, InducedModel]]:
+    """Verify ``prop`` once per variant in one :class:`Session` (``options`` and ``kw``: the base of every run).
+
+    Example:
+        >>> reports = sweep("gridworld.prism", 'P=? [F "crash"]', [{"constants": f"N={n}"} for n in (4, 5, 6)],
+        ...                 workers=2)  # doctest: +SKIP
+    """
+    with Session(options, **kw) as s:
+        return s.sweep(model_path, prop, variants)

@@ -17,8 +17,9 @@ from importlib import resources
 from pathlib import Path
 
 from distmc.errors import DistmcError, ResourceLimitError
+from distmc.options import VerifyOptions, export_suffix_error
 
-__all__ = ["main"]
+__all__ = ["main", "options_from_args"]
 
 #: What ``--checker native`` checks, and ``--driver``'s default: the same words in ``run --help`` and the README
 #: (``tests/test_first_use.py`` holds them to it).
@@ -180,6 +181,24 @@ def _read_props(path: str) -> list[str]:
     return statements
 
 
+#: ``run``'s options whose destination is not the :class:`~distmc.options.VerifyOptions` field of the same name.
+_FIELD_OF = {"const": "constants", "export": "export_path"}
+
+
+def options_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> VerifyOptions:
+    """The :class:`~distmc.options.VerifyOptions` of a parsed ``run`` (or ``scale``) command line.
+
+    Every parsed option that is a field (under its own name or :data:`_FIELD_OF`'s) goes in, but those in
+    ``skip``; ``--policy example`` becomes the bundled network and its interface. ``--prop`` and ``--props`` are
+    verify's property, not options.
+    """
+    fields = set(VerifyOptions.__dataclass_fields__)
+    given = {_FIELD_OF.get(k, k): v for k, v in vars(args).items() if k not in skip}
+    given = {k: v for k, v in given.items() if k in fields and k != "props"}
+    given["policy"], given["interface"] = _example_policy(given.get("policy", "uniform"), given.get("interface"))
+    return VerifyOptions(**given)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmc`` command."""
     parser = _parser()
@@ -190,54 +209,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume is None and (args.model is None or (args.prop is None and args.props is None)):
         run_parser.error("a MODEL and --prop (or --props) are required (or --resume DIR to continue a checkpointed "
                          "run)")
-    if args.export is not None and Path(args.export).suffix not in (".drn", ".umb"):
-        # Checked before the run, not after it: the file's suffix chooses the format.
-        run_parser.error(f"--export {args.export}: the file name must end in .drn or .umb")
+    if args.export is not None and (why := export_suffix_error(args.export)):
+        run_parser.error(why)  # checked before the run, not after it: the file's suffix chooses the format
     from distmc.progress import LiveProgress, setup_logging
 
     setup_logging(args.log_level)
+    options: VerifyOptions | None = None
     try:
         from distmc.api import verify
 
-        policy, interface = _example_policy(args.policy, args.interface)
+        options = options_from_args(args)
         texts = list(args.prop or [])
         if args.props is not None:
             texts += _read_props(args.props)
         with LiveProgress(enabled=not args.quiet) as progress:
-            report = verify(
-                None if args.model is None else _example_path(args.model),
-                "; ".join(texts) if texts else None,
-                constants=args.const,
-                policy=policy,
-                interface=interface,
-                mode=args.mode,
-                threshold=args.threshold,
-                resolve=args.resolve,
-                workers=args.workers,
-                driver=args.driver,
-                address=args.address,
-                max_states=args.max_states,
-                max_memory=args.max_memory,
-                timeout=args.timeout,
-                checkpoint_dir=args.checkpoint_dir,
-                resume=args.resume,
-                progress=progress,
-                phases=progress.phase,
-                gpus_per_worker=args.gpus_per_worker,
-                threads_per_worker=args.threads_per_worker,
-                policy_servers=args.policy_servers,
-                export_path=args.export,
-                trust_policy=args.trust_policy,
-                checker=args.checker,
-                traces=args.traces,
-                values=args.values,
-                plot=args.plot,
-                plot_vars=args.plot_vars,
-                precision=args.precision,
-                precision_abs=args.precision_abs,
-                exact=args.exact,
-                sound_mdp=args.sound_mdp,
-            )
+            report = verify(None if args.model is None else _example_path(args.model),
+                            "; ".join(texts) if texts else None, options, progress=progress, phases=progress.phase)
     except KeyboardInterrupt:
         if args.debug:
             traceback.print_exc()
@@ -246,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         print(f"distmc: error: {exc}", file=sys.stderr)
-        if isinstance(exc, ResourceLimitError) and args.json_path:
-            partial = {"partial": True, "error": str(exc), **exc.partial}
+        if isinstance(exc, ResourceLimitError) and args.json_path and options is not None:
+            partial = {"partial": True, "error": str(exc), **exc.partial, "options": options.to_dict()}
             Path(args.json_path).write_text(json.dumps(partial, indent=2))
         return exc.exit_code
     print(report.summary())  # type: ignore[union-attr]

@@ -30,11 +30,12 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from distmc.errors import DistmcError
+from distmc.options import VerifyOptions
 
 __all__ = ["Scaling", "add_parser", "main", "plot", "scale", "table"]
 
@@ -60,6 +61,7 @@ class Scaling:
     runs: list[dict[str, Any]]
     same_value: bool
     machine: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # the runs' VerifyOptions but workers and driver
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -89,8 +91,8 @@ def _parse_counts(text: str) -> list[int]:
 
 def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
           log_run: Callable[[str], None] | None = None, before_run: Callable[[], None] | None = None,
-          **verify_kw: Any) -> Scaling:
-    """Run ``verify(model, prop, workers=w, driver="ray", **verify_kw)`` for each ``w`` in ``workers``.
+          options: VerifyOptions | None = None, **verify_kw: Any) -> Scaling:
+    """Run ``verify(model, prop, replace(options, workers=w, driver="ray"))`` for each ``w`` in ``workers``.
 
     Args:
         model: PRISM file.
@@ -100,11 +102,13 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
         log_run: called with one line per run (the CLI prints it to standard error).
         before_run: called before every run (``benchmarks/scaling.py`` runs its in-process reference there, so
             that both drivers are measured under the same load).
-        verify_kw: the other arguments of :func:`distmc.api.verify` (``constants``, ``policy``, ``address``,
-            ``threads_per_worker``, ...).
+        options: what every run verifies and how (:class:`~distmc.options.VerifyOptions`: ``constants``,
+            ``policy``, ``address``, ``threads_per_worker``, ...), but the worker count and the driver.
+        verify_kw: changes to ``options``, by name.
     """
     from distmc.api import Report, verify
 
+    base = VerifyOptions.build(options, **verify_kw)
     if repeat < 1:
         raise DistmcError(f"--repeat must be at least 1, not {repeat}")
     if not workers or min(workers) < 1:
@@ -116,7 +120,7 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
         for k in range(repeat):
             if before_run is not None:
                 before_run()
-            r = verify(model, prop, workers=w, driver="ray", **verify_kw)
+            r = verify(model, prop, replace(base, workers=w, driver="ray"))
             assert isinstance(r, Report)
             first = first or r
             if log_run is not None:
@@ -140,10 +144,10 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
             "states": r.states, "transitions": r.transitions, "first_timings": r1.timings,
         })
     same = all(run["result"] == r0.result and run["states"] == r0.states for run in runs)
-    return Scaling(model=str(model), property=prop, constants=verify_kw.get("constants"), policy=r0.policy,
+    return Scaling(model=str(model), property=prop, constants=base.constants, policy=r0.policy,
                    states=r0.states, transitions=r0.transitions, runs=runs, same_value=same,
                    machine={"node": platform.node(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
-                            "address": verify_kw.get("address")})
+                            "address": base.address}, options=base.to_dict())
 
 
 def _value(v: Any) -> str:
@@ -245,15 +249,12 @@ def main(args: argparse.Namespace) -> int:
             from distmc._internal.deps import require
 
             require("matplotlib", f"--plot {args.plot}")
-        from distmc.cli import _example_path, _example_policy
+        from distmc.cli import _example_path, options_from_args
 
         counts = _parse_counts(args.workers)
-        policy, interface = _example_policy(args.policy, args.interface)
         s = scale(_example_path(args.model), args.prop, counts, repeat=args.repeat,
                   log_run=None if args.quiet else (lambda line: print(line, file=sys.stderr)),
-                  constants=args.const, policy=policy, interface=interface, mode=args.mode, address=args.address,
-                  threads_per_worker=args.threads_per_worker, policy_servers=args.policy_servers,
-                  checker=args.checker, trust_policy=args.trust_policy)
+                  options=options_from_args(args, skip=("workers", "plot")))  # --plot: the scaling PNG
     except KeyboardInterrupt:
         print("distmc: interrupted (Ctrl-C); the runs finished so far are not reported", file=sys.stderr)
         return 130

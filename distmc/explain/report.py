@@ -18,7 +18,6 @@ import numpy as np
 
 from distmc.assemble.reducer import InducedModel
 from distmc.check.native import reachability, unsupported
-from distmc.errors import DistmcError
 from distmc.explain.plot import plot_values, plot_variables, require_matplotlib
 from distmc.explain.traces import annotate, check_traceable, format_trace, most_probable_paths, state_text
 from distmc.explain.values import bfs_depth, riskiest, value_columns, write_values
@@ -60,12 +59,8 @@ class Explain:
 
     def validate(self, parts: Parts) -> None:
         """Fail before exploring on what the options cannot do for this model and property."""
-        if self.traces < 0:
-            raise DistmcError(f"--traces must be 0 or more, not {self.traces}")
-        if self.traces:
+        if self.traces:  # the options themselves are checked by :class:`~distmc.options.VerifyOptions`
             check_traceable(parts.spec)
-        if self.plot_vars is not None and self.plot_path is None:
-            raise DistmcError("--plot-vars chooses the axes of --plot FILE.png: give --plot too")
         if self.plot_path is not None:
             require_matplotlib()
             self._axes = plot_variables(parts.model, self.plot_vars)

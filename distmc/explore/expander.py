@@ -27,11 +27,11 @@ from distmc.errors import PolicyError, ResourceLimitError
 from distmc.model.kernel import NO_ACTION, Kernel
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
+from distmc.options import MODES
 from distmc.policy.base import Policy, action_distribution
 
 __all__ = ["MODES", "Expander", "Rows", "gather_rows", "policy_counters"]
 
-MODES = ("stochastic", "deterministic", "monolithic")
 
 #: Most rows one state may get from unresolved same-label nondeterminism.
 MAX_PRODUCT_ROWS = 4096

@@ -21,6 +21,7 @@ from distmc.explore.partition import Explored
 from distmc.explore.ray.actor import PartitionActor, _job_stamp
 from distmc.explore.ray.exchange import RowBlock, gather, order_rows, owner_of
 from distmc.model.packing import StateCodec
+from distmc.options import check_gpu_share, check_ray_resources
 from distmc.pipeline import Job
 
 __all__ = ["explore_ray", "gpu_share", "release_workers"]
@@ -98,8 +99,7 @@ def gpu_share(gpus: float, workers: int, requested: float | None = None) -> floa
     the GPU nodes). ``requested`` overrides it (0 keeps every replica on the CPU).
     """
     if requested is not None:
-        if requested < 0 or (requested > 1 and requested != int(requested)):
-            raise DistmcError(f"--gpus-per-worker must be 0, a fraction up to 1, or a whole number, not {requested}")
+        check_gpu_share(requested)
         return float(requested)
     if gpus <= 0:
         return 0.0
@@ -180,10 +180,7 @@ def explore_ray(
             :class:`RayRows` instead of an :class:`Explored`: the caller then checks on the actors
             (:meth:`RayRows.check`) or gathers the rows (:meth:`RayRows.gather`), and closes it.
     """
-    if threads_per_worker is not None and threads_per_worker < 1:
-        raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
-    if policy_servers < 0:
-        raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
+    check_ray_resources(threads_per_worker, policy_servers)
     # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     import ray

@@ -1,0 +1,306 @@
+"""What a run of :func:`distmc.api.verify` does, as one frozen, typed, JSON-saveable object.
+
+:class:`VerifyOptions` holds every option of a run but the model and the property: what to check (more
+properties, the checker, the precision), how to explore (constants, policy, mode), where to run (driver, workers,
+Ray's resources), limits, checkpoints and outputs. ``distmc run`` builds one from its command line, a script
+builds one itself, derives variants with :func:`dataclasses.replace`, and the JSON report saves it
+(``"options"``; :meth:`VerifyOptions.from_dict` reads it back)::
+
+    from dataclasses import replace
+    from distmc.options import VerifyOptions
+
+    base = VerifyOptions(constants="N=6", policy="trained.pt", workers=2)
+    wider = replace(base, constants="N=8", timeout="15m")
+
+An invalid combination stops when the object is made (:class:`~distmc.errors.DistmcError`, with the message
+``distmc run`` prints for it), before anything is parsed or explored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from distmc.errors import DistmcError
+
+__all__ = ["CHECKERS", "DRIVERS", "MODES", "VerifyOptions", "check_gpu_share", "check_ray_resources",
+           "export_suffix_error", "merged"]
+
+MODES = ("stochastic", "deterministic", "monolithic")
+CHECKERS = ("auto", "storm", "native", "distributed")
+DRIVERS = ("local", "ray")
+RESOLVE = ("none", "uniform")
+EXPORT_SUFFIXES = (".drn", ".umb")
+
+#: Fields that are not saved (:meth:`VerifyOptions.to_dict`) nor compared: the run's callbacks.
+_CALLBACK = {"json": False}
+
+
+def _callback() -> Any:
+    return field(default=None, compare=False, repr=False, metadata=_CALLBACK)
+
+
+def export_suffix_error(path: str | Path) -> str | None:
+    """Why ``--export PATH`` cannot be written (its suffix chooses the format), or None."""
+    if Path(path).suffix not in EXPORT_SUFFIXES:
+        return f"--export {path}: the file name must end in .drn or .umb"
+    return None
+
+
+def check_gpu_share(requested: float) -> None:
+    """``--gpus-per-worker``: 0, a fraction up to 1, or a whole number of GPUs."""
+    if requested < 0 or (requested > 1 and requested != int(requested)):
+        raise DistmcError(f"--gpus-per-worker must be 0, a fraction up to 1, or a whole number, not {requested}")
+
+
+def check_ray_resources(threads_per_worker: int | None, policy_servers: int) -> None:
+    """``--threads-per-worker`` at least 1 (or None: automatic), ``--policy-servers`` 0 or more."""
+    if threads_per_worker is not None and threads_per_worker < 1:
+        raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
+    if policy_servers < 0:
+        raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
+
+
+def _text(value: str | Path | None) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """Every option of :func:`distmc.api.verify` but the model and the property.
+
+    What to check:
+        props: more properties (each may hold several, ``;``-separated, and ``const`` definitions), all checked on
+            one exploration with verify's ``prop``; ``report.results`` has one entry each.
+        checker: ``storm`` (the reference), ``native`` (distmc's own value iteration on induced DTMCs,
+            :mod:`distmc.check.native`), ``distributed`` (the same on the Ray workers, where the rows stay) or
+            ``auto``: Storm unless it would not fit in memory (``max_memory``, else the machine's available
+            memory); then native in-process, distributed under the Ray driver.
+        precision: relative precision of the sound methods (``--precision``); at most one of it and
+            ``precision_abs``.
+        precision_abs: absolute precision of the sound methods (``--precision-abs``; default 1e-12).
+        exact: check with Storm's exact rational engine (models up to
+            :data:`~distmc.check.checker.EXACT_MAX_TRANSITIONS` transitions; a check that takes longer than
+            :data:`~distmc.check.dispatch.EXACT_TIMEOUT_S`, or than ``timeout`` leaves, stops with
+            :class:`~distmc.errors.ResourceLimitError`).
+        sound_mdp: check induced MDPs by Storm's interval iteration, with bounds (``--sound-mdp``); else by
+            Storm's default min-max method, which states none.
+
+    How to explore:
+        constants: undefined constants, ``"N=3,p=0.1"`` (or a mapping).
+        policy: ``"uniform"``, a policy file (TorchScript, state_dict, SB3 ``.zip``) or ``module:function``
+            (see :func:`distmc.policy.load_policy`).
+        interface: interface file of the network (features, actions, output); default: the one saved beside the
+            policy file (``trained.pt`` -> ``trained.json``), else every variable and action label.
+        trust_policy: allow policy formats whose loading runs code stored in the file (SB3 ``.zip``).
+        mode: ``stochastic``, ``deterministic`` or ``monolithic``.
+        threshold: in stochastic mode, keep actions with pi(a|s) > threshold.
+        resolve: ``none`` (same-label choices stay nondeterministic) or ``uniform``.
+
+    Where to run:
+        workers: number of partitions (Ray actors with the ray driver).
+        driver: ``local`` (in-process, one partition) or ``ray``; default (:attr:`run_driver`): local for one
+            worker with no address, checkpoint, policy servers or distributed checker.
+        address: a Ray cluster to join (``auto`` or ``HOST:PORT``); None starts a local Ray when needed.
+        gpus_per_worker: Ray driver: the GPU share each worker asks for (None: the cluster's GPUs split evenly
+            over the workers, at most one each; 0: policies on the CPU).
+        threads_per_worker: Ray driver: the compiled kernels' threads in each worker (None: the cluster's CPUs
+            divided by the workers, at least one).
+        policy_servers: Ray driver: 0, every worker loads its own policy replica; S > 0, S policy-server actors
+            (one GPU each where the cluster has them) evaluate the policy for the workers.
+
+    Limits and checkpoints:
+        max_states: stop with :class:`~distmc.errors.ResourceLimitError` (and its partial report) beyond this
+            many states.
+        max_memory: the same beyond this much memory (bytes, or a size such as ``"8G"``).
+        timeout: the same after this long (seconds, or ``"15m"``).
+        checkpoint_dir: write every explored level there (Arrow IPC, :mod:`distmc.explore.checkpoint`); a lost
+            worker is then replaced and the run goes on. Uses the Ray driver.
+        resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
+            arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.
+
+    Outputs:
+        export_path: also write the induced model (``.umb`` or ``.drn``).
+        keep_model: verify also returns the :class:`~distmc.assemble.reducer.InducedModel`.
+        traces: also find the K most probable paths to the target of a reachability property
+            (:mod:`distmc.explain.traces`; ``Report.traces``, ``Report.traces_mass``).
+        values: also write the property's value in every state to this Parquet file
+            (:mod:`distmc.explain.values`); ``Report.riskiest_states`` lists the 5 states most at risk.
+        plot: also draw the values as a heatmap over two variables into this image (:mod:`distmc.explain.plot`).
+        plot_vars: the heatmap's variables, ``"x,y"`` (default: the first two int variables).
+
+    Callbacks:
+        progress: called after every explored level with a dict (depth, states, frontier, transitions, ...).
+        phases: called with a phase's name (``parsing``, ``exploring``, ``assembling``, ``exporting``,
+            ``handing to Storm``, ``checking``) and a detail when it starts (:mod:`distmc._internal.phases`; the
+            live line shows it, ``--log-level info`` logs each phase's start and end).
+
+    Paths (``pathlib.Path`` too) are kept as text, ``constants`` as ``"N=3,p=0.1"`` (a mapping is joined so)
+    and ``props`` (any sequence) as a tuple, so that two runs asked alike compare equal, the object hashes, and
+    it reads back from its JSON. ``progress`` and
+    ``phases`` (callbacks) are neither saved nor compared.
+    """
+
+    # what to check (the property itself is verify's argument)
+    props: tuple[str, ...] = ()
+    checker: str = "auto"
+    precision: float | None = None
+    precision_abs: float | None = None
+    exact: bool = False
+    sound_mdp: bool = False
+    # how to explore
+    constants: str | None = None
+    policy: str | None = "uniform"
+    interface: str | None = None
+    trust_policy: bool = False
+    mode: str = "stochastic"
+    threshold: float = 0.0
+    resolve: str = "none"
+    # where to run
+    workers: int = 1
+    driver: str | None = None
+    address: str | None = None
+    gpus_per_worker: float | None = None
+    threads_per_worker: int | None = None
+    policy_servers: int = 0
+    # limits and checkpoints
+    max_states: int | None = None
+    max_memory: str | int | None = None
+    timeout: str | float | None = None
+    checkpoint_dir: str | None = None
+    resume: str | None = None
+    # outputs
+    export_path: str | None = None
+    keep_model: bool = False
+    traces: int = 0
+    values: str | None = None
+    plot: str | None = None
+    plot_vars: str | None = None
+    # callbacks (not saved)
+    progress: Callable[[dict[str, float]], None] | None = _callback()
+    phases: Callable[[str, str], None] | None = _callback()
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalise the given values once, here
+        if isinstance(self.constants, Mapping):
+            set_(self, "constants", ",".join(f"{k}={v}" for k, v in self.constants.items()))
+        set_(self, "props", tuple(self.props or ()))
+        for name in ("interface", "checkpoint_dir", "resume", "export_path", "values", "plot"):
+            set_(self, name, _text(getattr(self, name)))
+        self._validate()
+
+    def _validate(self) -> None:
+        from distmc.check.result import Precision
+        from distmc.explore.limits import parse_duration, parse_memory
+
+        if self.workers < 1:
+            raise DistmcError(f"--workers must be at least 1, not {self.workers}")
+        check_ray_resources(self.threads_per_worker, self.policy_servers)
+        if self.gpus_per_worker is not None:
+            check_gpu_share(self.gpus_per_worker)
+        if self.checker not in CHECKERS:
+            raise DistmcError(f"--checker must be auto, storm, native or distributed, not '{self.checker}'")
+        if self.mode not in MODES:
+            raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
+        if self.resolve not in RESOLVE:
+            raise DistmcError(f"--resolve must be 'none' or 'uniform', not '{self.resolve}'")
+        if not 0.0 <= self.threshold < 1.0:
+            raise DistmcError(f"--threshold must be in [0, 1), not {self.threshold}")
+        prec = Precision.from_options(self.precision, self.precision_abs, self.exact, self.sound_mdp)
+        if self.exact and self.checker in ("native", "distributed"):
+            raise DistmcError(f"--exact checks with Storm's exact engine: not with --checker {self.checker}")
+        if prec.relative and self.checker in ("native", "distributed"):
+            raise DistmcError(f"the {self.checker} checker checks to an absolute precision only (--precision-abs): "
+                              "use --checker storm for --precision")
+        parse_memory(self.max_memory)
+        parse_duration(self.timeout)
+        if self.traces < 0:
+            raise DistmcError(f"--traces must be 0 or more, not {self.traces}")
+        if self.plot_vars is not None and self.plot is None:
+            raise DistmcError("--plot-vars chooses the axes of --plot FILE.png: give --plot too")
+        if self.export_path is not None and (why := export_suffix_error(self.export_path)):
+            raise DistmcError(why)
+        if (self.resume is not None and self.checkpoint_dir is not None
+                and Path(self.checkpoint_dir).resolve() != Path(self.resume).resolve()):
+            raise DistmcError("--resume DIR goes on writing to DIR: do not give another --checkpoint-dir")
+        self._validate_driver()
+        self.check_distributed(self.checker)
+
+    def _validate_driver(self) -> None:
+        if self.driver is None:
+            return
+        if self.driver not in DRIVERS:
+            raise DistmcError(f"--driver must be 'local' or 'ray', not '{self.driver}'")
+        if self.driver != "local":
+            return
+        if self.workers != 1:
+            raise DistmcError("the local driver runs one partition: use --driver ray for --workers > 1")
+        if self.policy_servers:
+            raise DistmcError("policy servers serve Ray workers: use --driver ray (or leave --driver out)")
+        if self.checkpoint_dir is not None or self.resume is not None:
+            raise DistmcError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
+        if self.checker == "distributed":
+            raise DistmcError("--checker distributed checks on the Ray workers: use --driver ray (or leave --driver "
+                              "out)")
+
+    def check_distributed(self, checker: str) -> None:
+        """What ``checker`` (this run's, or the checkpoint's after ``--resume``) cannot do with these outputs."""
+        if checker == "distributed" and (self.keep_model or self.export_path is not None):
+            raise DistmcError("--checker distributed leaves the model on the workers: to export it (or keep it), "
+                              "use --checker storm or native, which gather it into this process")
+
+    # -- what the run derives from them ------------------------------------------------------------------------
+
+    @property
+    def run_driver(self) -> str:
+        """``driver``, or its default: local for one worker with nothing that needs Ray, else ray."""
+        if self.driver is not None:
+            return self.driver
+        local = (self.workers == 1 and self.address is None and self.resume is None and self.checkpoint_dir is None
+                 and not self.policy_servers and self.checker != "distributed")
+        return "local" if local else "ray"
+
+    # -- building, and the JSON form ---------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, options: VerifyOptions | None = None, /, **changes: Any) -> VerifyOptions:
+        """``options`` (default: the defaults) with ``changes`` to its fields; an unknown name is a TypeError."""
+        unknown = sorted(set(changes) - _FIELDS)
+        if unknown:
+            raise TypeError(f"verify() got an unexpected keyword argument '{unknown[0]}'")
+        if options is None:
+            return cls(**changes)
+        return dataclasses.replace(options, **changes) if changes else options
+
+    def to_dict(self) -> dict[str, Any]:
+        """The saved options (JSON types; callbacks left out): what ``from_dict`` reads back."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.metadata.get("json", True):
+                value = getattr(self, f.name)
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VerifyOptions:
+        """The options ``to_dict`` gave (a report's ``"options"``); an unknown name is a TypeError."""
+        saved = {f.name for f in fields(cls) if f.metadata.get("json", True)}
+        unknown = sorted(set(data) - saved)
+        if unknown:
+            raise TypeError(f"VerifyOptions has no saved option '{unknown[0]}'")
+        given: dict[str, Any] = {k: tuple(v) if k == "props" else v for k, v in data.items()}
+        return cls(**given)
+
+
+_FIELDS = frozenset(f.name for f in fields(VerifyOptions))
+
+
+def merged(options: VerifyOptions | Mapping[str, Any] | None, base: VerifyOptions | None = None) -> VerifyOptions:
+    """``options`` as a :class:`VerifyOptions`: itself, or ``base`` with a mapping's changes."""
+    if isinstance(options, VerifyOptions):
+        return options
+    return VerifyOptions.build(base, **dict(options or {}))
+
