@@ -41,9 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     from distmc.api import verify
+    from distmc.options import VerifyOptions
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
-    kw = dict(constants=a.const, mode="stochastic", workers=a.workers, driver="ray")
+    opts = VerifyOptions(constants=a.const, mode="stochastic", workers=a.workers, driver="ray")
     base = Path(a.dir or tempfile.mkdtemp(prefix="distmc-ckpt-"))
     verify(a.model, a.prop, constants=a.const)  # warm the compiled routines' cache
     runs: dict[bool, list[tuple[float, float, object]]] = {False: [], True: []}
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         for with_ckpt in (False, True):
             d = base / f"run{i}"
             t0 = time.perf_counter()
-            r = verify(a.model, a.prop, checkpoint_dir=d if with_ckpt else None, **kw)
+            r = verify(a.model, a.prop, opts, checkpoint_dir=d if with_ckpt else None)
             wall = time.perf_counter() - t0
             if with_ckpt:
                 disk = _disk_bytes(d)

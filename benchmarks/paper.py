@@ -84,6 +84,15 @@ def _value(r: Any) -> Any:
     return r if isinstance(r, dict) else float(r)
 
 
+def _options(t: dict[str, Any]) -> Any:
+    """The :class:`~distmc.options.VerifyOptions` of a task (monolithic mode: no policy)."""
+    from distmc.options import VerifyOptions
+
+    policy = t["mode"] != "monolithic"
+    return VerifyOptions(constants=t["constants"] or None, policy=t["policy"] if policy else "uniform",
+                         interface=t["interface"] if policy else None, mode=t["mode"])
+
+
 def child_distmc(t: dict[str, Any]) -> dict[str, Any]:
     import torch  # noqa: F401  (imported before timing, as on the callback side)
 
@@ -91,9 +100,7 @@ def child_distmc(t: dict[str, Any]) -> dict[str, Any]:
 
     verify(REPO / "distmc" / "examples" / "gridworld.prism", 'P=? [F "crash"]', constants="N=2")  # warm-up
     t0 = time.perf_counter()
-    policy = t["policy"] if t["mode"] != "monolithic" else "uniform"
-    r = verify(t["file"], t["prop"], constants=t["constants"] or None, policy=policy,
-               interface=t["interface"] if t["mode"] != "monolithic" else None, mode=t["mode"])
+    r = verify(t["file"], t["prop"], _options(t))
     seconds = time.perf_counter() - t0
     assert not isinstance(r, tuple)
     return {"states": r.states, "transitions": r.transitions, "result": _value(r.result), "seconds": seconds,
@@ -147,8 +154,7 @@ def child_profile(t: dict[str, Any]) -> dict[str, Any]:
         spent["calibrate_s"] += time.perf_counter() - t0
 
     TorchScriptPolicy._choose_threads = timed_choose  # type: ignore[method-assign]
-    r = verify(t["file"], t["prop"], constants=t["constants"] or None, policy=t["policy"], interface=t["interface"],
-               mode=t["mode"])
+    r = verify(t["file"], t["prop"], _options(t))
     assert isinstance(r, Report)
     tm = r.timings
     return {"seconds": tm["total_s"], "result": _value(r.result), "states": r.states,

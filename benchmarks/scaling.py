@@ -22,6 +22,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from distmc.api import verify
     from distmc.model.packing import StateCodec
     from distmc.model.program import load_model
+    from distmc.options import VerifyOptions
     from distmc.scale import explore_time, plot, scale, startup_time, table
 
     counts = [int(w) for w in a.workers.split(",")]
@@ -71,17 +73,18 @@ def main(argv: list[str] | None = None) -> int:
         numba.set_num_threads(a.threads)
     m = load_model(a.model, a.const)
     key_bytes = StateCodec(m.lo, m.hi).key_bytes
-    kw = dict(constants=a.const, policy=a.policy, interface=a.interface, mode="stochastic", checker=a.checker)
-    verify(a.model, a.prop, **kw)  # warm the compiled routines' cache
+    opts = VerifyOptions(constants=a.const, policy=a.policy, interface=a.interface, mode="stochastic",
+                         checker=a.checker)
+    verify(a.model, a.prop, opts)  # warm the compiled routines' cache
     local: list[Any] = []
 
     def reference() -> None:  # the in-process driver, before every Ray run: the fastest is kept
-        lr = verify(a.model, a.prop, **kw)
+        lr = verify(a.model, a.prop, opts)
         if not local or _driver_s(lr.timings) < _driver_s(local[0].timings):
             local[:] = [lr]
 
-    s = scale(a.model, a.prop, counts, repeat=a.repeat, before_run=reference, address=a.address,
-              threads_per_worker=a.threads, policy_servers=a.policy_servers, **kw)
+    s = scale(a.model, a.prop, counts, repeat=a.repeat, before_run=reference,
+              options=replace(opts, address=a.address, threads_per_worker=a.threads, policy_servers=a.policy_servers))
     ref = local[0]
     if not s.same_value or s.states != ref.states or any(r["result"] != ref.result for r in s.runs):
         print(f"the drivers disagree: in-process {ref.result} ({ref.states} states)", file=sys.stderr)
