@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from distmc.api import Report, Session, verify
 from distmc.options import VerifyOptions
+from tests.test_options import EXAMPLE, IFACE, NET, PROP
 
 pytest.importorskip("ray", reason="the Ray driver needs ray")
 
 from distmc.explore.ray import coordinator  # noqa: E402  (after the skip: it needs ray's package present)
-
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "distmc" / "examples"
-EXAMPLE = EXAMPLES / "gridworld.prism"
-NET = str(EXAMPLES / "gridworld_policy.pt")
-IFACE = str(EXAMPLES / "gridworld_policy.json")
-PROP = 'P=? [F "crash"]'
 
 
 def _kept_ids() -> list[str]:
