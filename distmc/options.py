@@ -291,7 +291,7 @@ class VerifyOptions:
         unknown = sorted(set(data) - saved)
         if unknown:
             raise TypeError(f"VerifyOptions has no saved option '{unknown[0]}'")
-        given: dict[str, Any] = {k: tuple(v) if k == "props" else v for k, v in data.items()}
+        given: dict[str, Any] = dict(data)  # props: a JSON list, made a tuple again
         return cls(**given)
 
 
