@@ -51,15 +51,17 @@ def _ibp_layers(layers: list[Layer], lo: torch.Tensor, hi: torch.Tensor) -> list
     return out
 
 
+def _spec_interval(ylo: torch.Tensor, yhi: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Interval bounds of ``c @ y`` for ``y`` in ``[ylo, yhi]``, widened."""
+    cp, cn = c.clamp(min=0), c.clamp(max=0)
+    return _widen(ylo @ cp.T + yhi @ cn.T, yhi @ cp.T + ylo @ cn.T)
+
+
 def ibp(net: Network, lo: np.ndarray, hi: np.ndarray, spec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Interval bounds ``[B, S]`` of ``spec @ f(x)`` over the boxes ``[lo, hi]``."""
     tlo, thi = torch.as_tensor(lo, dtype=torch.float64), torch.as_tensor(hi, dtype=torch.float64)
     ylo, yhi = _ibp_layers(net.layers, tlo, thi)[-1]
-    c = torch.as_tensor(spec, dtype=torch.float64)
-    cp, cn = c.clamp(min=0), c.clamp(max=0)
-    lb = ylo @ cp.T + yhi @ cn.T
-    ub = yhi @ cp.T + ylo @ cn.T
-    lb, ub = _widen(lb, ub)
+    lb, ub = _spec_interval(ylo, yhi, torch.as_tensor(spec, dtype=torch.float64))
     return lb.numpy(), ub.numpy()
 
 
@@ -79,31 +81,75 @@ def _relaxation(kind: str, lb: torch.Tensor, u: torch.Tensor) -> tuple[torch.Ten
     return k, tl - k * l, k, tu - k * u
 
 
+def _fold(a: torch.Tensor, s: torch.Tensor, a2: torch.Tensor, s2: torch.Tensor, w: torch.Tensor,
+          b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a * s + a2 * s2) @ w`` ``[B, S, m]`` and ``(a * s + a2 * s2) @ b`` ``[B, S]`` without the ``[B, S, n]`` tensor.
+
+    ``a, a2`` ``[S, n]`` are the same for every box, ``s, s2`` ``[B, n]`` are per box (an activation's slopes):
+    ``sum_k a[j, k] s[i, k] w[k, m]`` is one matrix product of ``s`` with ``a[j, k] w[k, m]`` laid out ``[n, S m]``.
+    """
+    rows, n = a.shape
+    m = w.shape[1]
+    pw = (a.T[:, :, None] * w[:, None, :]).reshape(n, rows * m)
+    pw2 = (a2.T[:, :, None] * w[:, None, :]).reshape(n, rows * m)
+    coef = (s @ pw + s2 @ pw2).reshape(-1, rows, m)
+    return coef, s @ (a * b).T + s2 @ (a2 * b).T
+
+
 def _backward(layers: list[Layer], relax: dict[int, tuple[torch.Tensor, ...]], lo: torch.Tensor, hi: torch.Tensor,
               c: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """CROWN bounds ``[B, S]`` of ``c @ g(x)`` where ``g`` is ``layers`` and ``c`` is ``[B, S, out]``.
+    """CROWN bounds ``[B, S]`` of ``c @ g(x)``, ``g`` being ``layers``.
+
+    ``c`` is ``[S, out]`` (the same for every box) or ``[B, S, out]`` (per box).
 
     ``c = None`` means the identity and ``g`` ending in a linear layer (the bounds of each of its outputs): the
     backward pass then starts from that layer's weights, without multiplying an identity by them.
+
+    While the coefficients are the same for every box (before the first activation), they are kept as one ``[S, n]``
+    matrix; the first activation's per-box slopes are folded into the linear layer below it (:func:`_fold`), so no
+    ``[B, S, n]`` tensor is made for the widest layer. This is the same arithmetic, reordered.
     """
     top = len(layers) - 1
+    boxes = lo.shape[0]
+    al: torch.Tensor
+    au: torch.Tensor
     if c is None:
         _, w, b = layers[top]
         assert w is not None and b is not None
-        boxes = lo.shape[0]
-        al = au = w.expand(boxes, *w.shape)
+        al = au = w
         bl = bu = b.expand(boxes, b.shape[0])
         top -= 1
     else:
-        al, au = c, c
-        bl = torch.zeros(c.shape[:2], dtype=c.dtype)
-        bu = torch.zeros(c.shape[:2], dtype=c.dtype)
-    for i in range(top, -1, -1):
+        al = au = c
+        bl = torch.zeros((boxes, c.shape[-2]), dtype=c.dtype)
+        bu = torch.zeros((boxes, c.shape[-2]), dtype=c.dtype)
+    i = top
+    while i >= 0:
         kind, w, b = layers[i]
         if kind == "linear":
             assert w is not None and b is not None
             bl, bu = bl + al @ b, bu + au @ b
             al, au = al @ w, au @ w
+            i -= 1
+            continue
+        sl, il, su, iu = relax[i]
+        if al.dim() == 2:  # shared coefficients: the activation's intercepts are matrix products
+            alp, aln = al.clamp(min=0), al.clamp(max=0)
+            aup, aun = au.clamp(min=0), au.clamp(max=0)
+            bl = bl + il @ alp.T + iu @ aln.T
+            bu = bu + iu @ aup.T + il @ aun.T
+            below = layers[i - 1] if i > 0 else None
+            if below is not None and below[0] == "linear":
+                _, w2, b2 = below
+                assert w2 is not None and b2 is not None
+                al, dl = _fold(alp, sl, aln, su, w2, b2)
+                au, du = _fold(aup, su, aun, sl, w2, b2)
+                bl, bu = bl + dl, bu + du
+                i -= 2
+                continue
+            al = alp * sl[:, None, :] + aln * su[:, None, :]
+            au = aup * su[:, None, :] + aun * sl[:, None, :]
+            i -= 1
             continue
         sl, il, su, iu = (t[:, None, :] for t in relax[i])
         alp, aln = al.clamp(min=0), al.clamp(max=0)
@@ -112,6 +158,9 @@ def _backward(layers: list[Layer], relax: dict[int, tuple[torch.Tensor, ...]], l
         aup, aun = au.clamp(min=0), au.clamp(max=0)
         bu = bu + (aup * iu).sum(-1) + (aun * il).sum(-1)
         au = aup * su + aun * sl
+        i -= 1
+    if al.dim() == 2:
+        al, au = al.expand(boxes, *al.shape), au.expand(boxes, *au.shape)
     mid, rad = ((lo + hi) / 2)[:, :, None], ((hi - lo) / 2)[:, :, None]
     lb = (al @ mid)[..., 0] - (al.abs() @ rad)[..., 0] + bl
     ub = (au @ mid)[..., 0] + (au.abs() @ rad)[..., 0] + bu
@@ -119,7 +168,6 @@ def _backward(layers: list[Layer], relax: dict[int, tuple[torch.Tensor, ...]], l
 
 
 def _crown_chunk(layers: list[Layer], lo: torch.Tensor, hi: torch.Tensor, spec: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    boxes = lo.shape[0]
     interval = _ibp_layers(layers, lo, hi)
     relax: dict[int, tuple[torch.Tensor, ...]] = {}
     for i, (kind, _, _) in enumerate(layers):
@@ -128,7 +176,9 @@ def _crown_chunk(layers: list[Layer], lo: torch.Tensor, hi: torch.Tensor, spec: 
         pl, pu = _widen(*_backward(layers[:i], relax, lo, hi, None))
         pl, pu = torch.maximum(pl, interval[i][0]), torch.minimum(pu, interval[i][1])
         relax[i] = _relaxation(kind, pl, pu)
-    return _backward(layers, relax, lo, hi, spec.expand(boxes, *spec.shape))
+    lb, ub = _widen(*_backward(layers, relax, lo, hi, spec))
+    ilb, iub = _spec_interval(*interval[-1], spec)  # the same IBP the layers above used, not computed again
+    return torch.maximum(lb, ilb), torch.minimum(ub, iub)
 
 
 def crown(net: Network, lo: np.ndarray, hi: np.ndarray, spec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -143,9 +193,7 @@ def crown(net: Network, lo: np.ndarray, hi: np.ndarray, spec: np.ndarray) -> tup
             ubs.append(ub)
     if not lbs:
         return np.zeros((0, spec.shape[0])), np.zeros((0, spec.shape[0]))
-    lb, ub = _widen(torch.cat(lbs), torch.cat(ubs))
-    ilb, iub = ibp(net, lo, hi, spec)
-    return np.maximum(lb.numpy(), ilb), np.minimum(ub.numpy(), iub)
+    return torch.cat(lbs).numpy(), torch.cat(ubs).numpy()
 
 
 def pairwise_spec(n_actions: int) -> tuple[np.ndarray, np.ndarray]:

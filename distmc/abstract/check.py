@@ -56,7 +56,7 @@ def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon:
         from distmc.explore.ray import explore_ray
 
         sp = expander.splitter
-        job = BoxJob(expander.env.name, sp.net.to_arrays(), expander.faults, expander.init_lo, expander.init_hi,
+        job = BoxJob(expander.env, sp.net.to_arrays(), expander.faults, expander.init_lo, expander.init_hi,
                      sp.max_splits, sp.method)
         parts = explore_ray(job, KeyCodec(), keys, workers, address=address)  # type: ignore[arg-type]
         ids = parts.initial

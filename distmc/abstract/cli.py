@@ -10,6 +10,12 @@ from typing import Any
 
 from distmc.errors import DistmcError
 
+
+class BoundsError(DistmcError):
+    """--validate found a point outside its box's bounds."""
+
+    exit_code = 9
+
 __all__ = ["add_parser", "main"]
 
 
@@ -18,7 +24,19 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("abstract", help="bound the failure probability of a continuous-state controller (MOSAIC)")
     from distmc.abstract.envs import ENVS
 
-    p.add_argument("env", choices=sorted(ENVS), help="the continuous environment")
+    p.add_argument("env", choices=sorted(ENVS), help="the continuous environment (cartpole: Gym's limits; "
+                   "cartpole-mosaic: MOSAIC's, |x| <= 0.05 and |theta| <= 10 degrees)")
+    p.add_argument("--init", default=None, metavar="VAR=LO:HI,...",
+                   help="initial region: replace these variables' ranges (the rest keep the environment's)")
+    p.add_argument("--safe", default=None, metavar="VAR=LO:HI,...",
+                   help="safe box: replace these variables' ranges (-inf/inf allowed); failure is leaving it")
+    p.add_argument("--abstraction", default="tree", choices=["tree", "lattice"],
+                   help="tree: each image box is its own abstract state (default, tight); lattice: images covered by "
+                        "lattice cells, the abstract MDP checked by Storm")
+    p.add_argument("--validate", type=int, default=0, metavar="N",
+                   help="exact failure probability of N uniform points per box (every fault outcome enumerated), "
+                        "checked against the box's bounds; prints the worst and mean gap")
+    p.add_argument("--seed", type=int, default=0, help="seed of --validate's points")
     p.add_argument("--policy", required=True, help="controller: JSON spec (with its .pt weights next to it)")
     p.add_argument("--horizon", type=int, default=7, help="decision steps (default 7)")
     p.add_argument("--refine", type=int, default=0, help="refinement steps (default 0)")
@@ -26,7 +44,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fault", default=None, help="fault model: fail:P, sticky:P or both, e.g. sticky:0.2")
     p.add_argument("--min-size", type=float, default=1 / 64,
                    help="refine no box narrower than this fraction of the initial region in every dimension")
-    p.add_argument("--max-splits", type=int, default=4, help="bisections per box when splitting by action")
+    p.add_argument("--max-splits", type=int, default=None,
+                   help="bisections per box when splitting by action (default: 0 for the tree, 4 for the lattice)")
     p.add_argument("--bounds", default="crown", choices=["crown", "ibp"], help="network bounds")
     p.add_argument("--workers", type=int, default=1,
                    help="local: processes splitting boxes by action; ray: actors exploring the abstract MDP")
@@ -40,6 +59,13 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=main)
 
 
+def _step_line(h: dict[str, Any]) -> None:
+    """One line per refinement step on stderr, as it ends (a long refinement shows where it is)."""
+    gap = f", mean gap {h['mean_gap']:.4f}" if "mean_gap" in h else ""
+    print(f"  step {h['step']}: {h['boxes']} boxes, safe {h['safe_fraction']:.4f}, lower >= 0.5 "
+          f"{h['lower_half_fraction']:.4f}{gap}, {h['elapsed_s']:.1f} s", file=sys.stderr, flush=True)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``distmc abstract`` with parsed ``args``; returns the exit code."""
     try:
@@ -47,24 +73,29 @@ def main(args: argparse.Namespace) -> int:
             from distmc._internal.deps import require
 
             require("matplotlib", f"--plot {args.plot}")  # before the analysis, not after it
-        from distmc.abstract.envs import get_env
+        from distmc.abstract.envs import get_env, with_regions
         from distmc.abstract.faults import parse_fault
         from distmc.abstract.network import load_network
         from distmc.abstract.refine import analyse, check_fit
         from distmc.abstract.report import plot, summary, to_json
 
-        env = get_env(args.env)
+        env = with_regions(get_env(args.env), args.init, args.safe)
         faults = parse_fault(args.fault)
         net = load_network(args.policy)
         check_fit(env, net, args.policy)
         result = analyse(env, net, faults, horizon=args.horizon, refine=args.refine, threshold=args.threshold,
                          min_size=args.min_size, max_splits=args.max_splits, workers=args.workers,
-                         method=args.bounds, driver=args.driver, address=args.address)
+                         method=args.bounds, driver=args.driver, address=args.address,
+                         abstraction=args.abstraction, validate=args.validate, seed=args.seed,
+                         progress=_step_line)
         print(summary(result, env, args.rows))
         if args.json_path:
             Path(args.json_path).write_text(to_json(result, env))
         if args.plot:
             plot(result, env, args.plot)
+        if result.inside is not None and not result.inside.all():
+            raise BoundsError(f"--validate: {int((~result.inside).sum())} boxes have a sampled point whose exact "
+                              "failure probability lies outside the box's bounds (a soundness bug: please report it)")
     except DistmcError as exc:
         if args.debug:
             traceback.print_exc()

@@ -12,6 +12,7 @@ dimensions): a box is *failing* if it lies outside the safe box, *possibly faili
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from distmc.errors import DistmcError
 
-__all__ = ["ENVS", "CartPole", "ContinuousEnv", "Pendulum", "get_env"]
+__all__ = ["ENVS", "CartPole", "CartPoleMosaic", "ContinuousEnv", "Pendulum", "get_env", "parse_region", "with_regions"]
 
 Iv = tuple[np.ndarray, np.ndarray]
 
@@ -147,6 +148,11 @@ class ContinuousEnv:
         a = self.arrays()
         return np.asarray(((x < a["safe_lo"]) | (x > a["safe_hi"])).any(axis=1))
 
+    def regions(self) -> dict[str, dict[str, list[float]]]:
+        """The initial region and the safe box by variable name (``[lo, hi]``; +-inf where the box is open)."""
+        return {"init": {n: [self.init_lo[i], self.init_hi[i]] for i, n in enumerate(self.state_names)},
+                "safe": {n: [self.safe_lo[i], self.safe_hi[i]] for i, n in enumerate(self.state_names)}}
+
 
 PENDULUM = dict(g=10.0, m=1.0, l=1.0, dt=0.05, max_speed=8.0, max_torque=2.0)
 
@@ -183,6 +189,9 @@ CARTPOLE = dict(gravity=9.8, masscart=1.0, masspole=0.1, length=0.5, force_mag=1
 
 class CartPole(ContinuousEnv):
     """Gym's cart-pole (Euler), forces +-10, failure when |x| > 2.4 or |theta| > 12 degrees."""
+
+    #: The dynamics a controller is trained on: a policy for ``cartpole`` fits every variant with these dynamics.
+    dynamics = "cartpole"
 
     def __init__(self) -> None:
         t = 12 * 2 * math.pi / 360
@@ -222,7 +231,82 @@ class CartPole(ContinuousEnv):
         return np.stack([o[0] for o in out], axis=1), np.stack([o[1] for o in out], axis=1)
 
 
-ENVS: dict[str, type[ContinuousEnv]] = {"pendulum": Pendulum, "cartpole": CartPole}
+class CartPoleMosaic(CartPole):
+    """Cart-pole as MOSAIC verified it: Gym's dynamics, failure when |x| > 0.05 or |theta| > 10 degrees.
+
+    From ``environment/cartpole_abstract.py`` of phate09/SafeDRL (the code of Bacci and Parker's MOSAIC paper):
+    ``x_threshold = 0.05`` and ``theta_threshold_radians = 10 * 2 * pi / 360``, the initial region
+    [-0.05, 0.05]^4 (Gym's reset range) and Euler integration with Gym's constants; the paper's experiment adds
+    a sticky action with probability 0.2 (``--fault sticky:0.2``) and horizon 7. The lattice cells are
+    ``cartpole``'s (they matter only for ``--abstraction lattice``; finer ones make an image overlap more cells
+    than an image key holds).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        t = 10 * 2 * math.pi / 360
+        _set(self, name="cartpole-mosaic", safe_lo=(-0.05, -math.inf, -t, -math.inf),
+             safe_hi=(0.05, math.inf, t, math.inf))
+
+
+def _set(env: ContinuousEnv, **values: object) -> None:
+    for k, v in values.items():
+        object.__setattr__(env, k, v)
+
+
+def parse_region(env: ContinuousEnv, text: str, flag: str) -> dict[str, tuple[float, float]]:
+    """``"x=-0.05:0.05,theta=-0.1:0.1"`` as ``{name: (lo, hi)}``; ``inf``/``-inf`` are allowed, names are checked."""
+    out: dict[str, tuple[float, float]] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, eq, rng = part.partition("=")
+        lo_s, colon, hi_s = rng.partition(":")
+        name = name.strip()
+        try:
+            if not eq or not colon:
+                raise ValueError
+            lo, hi = float(lo_s), float(hi_s)
+        except ValueError:
+            raise DistmcError(f"{flag} '{part}': expected VAR=LO:HI, e.g. {env.state_names[0]}=-0.05:0.05") from None
+        if name not in env.state_names:
+            raise DistmcError(f"{flag} '{part}': {env.name} has no variable '{name}' (it has "
+                              f"{', '.join(env.state_names)})")
+        if not lo <= hi or math.isnan(lo) or math.isnan(hi):
+            raise DistmcError(f"{flag} '{part}': need LO <= HI")
+        out[name] = (lo, hi)
+    return out
+
+
+def with_regions(env: ContinuousEnv, init: str | None = None, safe: str | None = None) -> ContinuousEnv:
+    """A copy of ``env`` with the named variables' initial range and safe range replaced (``--init``/``--safe``).
+
+    The initial region must be bounded and lie inside the safe box (a run starting outside it has failed before
+    any step; bounds are about runs that start safe).
+    """
+    out = copy.copy(env)
+    for text, lo_f, hi_f, flag in ((init, "init_lo", "init_hi", "--init"), (safe, "safe_lo", "safe_hi", "--safe")):
+        if text is None:
+            continue
+        lo, hi = list(getattr(out, lo_f)), list(getattr(out, hi_f))
+        for name, (a, b) in parse_region(env, text, flag).items():
+            i = env.state_names.index(name)
+            lo[i], hi[i] = a, b
+        _set(out, **{lo_f: tuple(lo), hi_f: tuple(hi)})
+    if not all(map(math.isfinite, out.init_lo + out.init_hi)):
+        raise DistmcError("--init: the initial region must be bounded")
+    if any(lo < hi_ for lo, hi_ in zip(out.init_hi, out.init_lo, strict=True)):
+        raise DistmcError("--init: need LO <= HI")
+    if any(a < s for a, s in zip(out.init_lo, out.safe_lo, strict=True)) or any(
+            a > s for a, s in zip(out.init_hi, out.safe_hi, strict=True)):
+        raise DistmcError(f"the initial region {_box(out.state_names, out.init_lo, out.init_hi)} does not lie inside "
+                          f"the safe box {_box(out.state_names, out.safe_lo, out.safe_hi)}")
+    return out
+
+
+def _box(names: tuple[str, ...], lo: tuple[float, ...], hi: tuple[float, ...]) -> str:
+    return ",".join(f"{n}={a:g}:{b:g}" for n, a, b in zip(names, lo, hi, strict=True))
+
+
+ENVS: dict[str, type[ContinuousEnv]] = {"pendulum": Pendulum, "cartpole": CartPole, "cartpole-mosaic": CartPoleMosaic}
 
 
 def get_env(name: str) -> ContinuousEnv:

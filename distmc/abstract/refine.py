@@ -20,14 +20,17 @@ from typing import Any
 import numpy as np
 
 from distmc.abstract.check import check_bounds
+from distmc.abstract.distributed import TreePool
 from distmc.abstract.envs import ContinuousEnv
 from distmc.abstract.faults import FaultModel
-from distmc.abstract.mdp import BoxExpander
+from distmc.abstract.mdp import AbstractResult, BoxExpander
 from distmc.abstract.network import Network
+from distmc.abstract.simulate import validate as validate_boxes
 from distmc.abstract.split import Splitter
-from distmc.errors import DistmcError, PolicyError
+from distmc.abstract.tree import TreeBounds
+from distmc.errors import DistmcError, PolicyError, PropertyError
 
-__all__ = ["Analysis", "analyse", "bisect"]
+__all__ = ["ABSTRACTIONS", "Analysis", "analyse", "bisect"]
 
 
 @dataclass
@@ -44,6 +47,11 @@ class Analysis:
     lower: np.ndarray
     history: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    regions: dict[str, Any] = field(default_factory=dict)
+    #: With ``validate``: the largest exact probability of a sampled point per box, and whether every sample of the
+    #: box lay within its bounds.
+    point_max: np.ndarray | None = None
+    inside: np.ndarray | None = None
 
     def volumes(self) -> np.ndarray:
         return np.prod(self.hi - self.lo, axis=1)
@@ -52,6 +60,17 @@ class Analysis:
         """Volume fraction of the initial region whose upper bound is at most the threshold."""
         v = self.volumes()
         return float(v[self.upper <= self.threshold].sum() / v.sum())
+
+    def fraction(self, which: np.ndarray) -> float:
+        """Volume fraction of the boxes selected by ``which`` ``[I]`` bool."""
+        v = self.volumes()
+        return float(v[which].sum() / v.sum())
+
+    def mean_gap(self) -> float:
+        """Volume-weighted mean of ``upper - point_max`` (needs ``validate``): how far above the truth the bounds are."""
+        assert self.point_max is not None
+        v = self.volumes()
+        return float((v * (self.upper - self.point_max)).sum() / v.sum())
 
     def unsafe_fraction(self) -> float:
         """Volume fraction whose lower bound exceeds the threshold (surely unsafe)."""
@@ -72,45 +91,124 @@ def bisect(lo: np.ndarray, hi: np.ndarray, scale: np.ndarray) -> tuple[np.ndarra
 
 def check_fit(env: ContinuousEnv, net: Network, source: str) -> None:
     """Raise :class:`PolicyError` unless the network fits the environment."""
-    if net.env and net.env != env.name:
+    if net.env and net.env not in (env.name, getattr(env, "dynamics", env.name)):
         raise PolicyError(f"policy '{source}' was trained for '{net.env}', not '{env.name}'")
     if net.n_inputs != env.dim or net.n_outputs != len(env.actions):
         raise PolicyError(f"policy '{source}' maps {net.n_inputs} inputs to {net.n_outputs} outputs; {env.name} "
                           f"has {env.dim} state variables and {len(env.actions)} actions")
 
 
+ABSTRACTIONS = ("tree", "lattice")
+#: Bisections per box when splitting by action, per abstraction (measured in benchmarks/RESULTS.md: in the tree the
+#: pieces of one action are hulled again, so splitting them buys little there and costs most of the time).
+MAX_SPLITS = {"tree": 0, "lattice": 4}
+
+
+class _Bounds:
+    """One way to bound a batch of initial boxes: the tree (in-process or on a :class:`TreePool`), or the lattice."""
+
+    def __init__(self, env: ContinuousEnv, net: Network, faults: FaultModel, abstraction: str, max_splits: int,
+                 method: str, workers: int, driver: str, address: str | None) -> None:
+        a = env.arrays()
+        self.abstraction, self.driver, self.workers, self.address = abstraction, driver, workers, address
+        ray = driver == "ray"
+        # The lattice's R*-tree cache pays off (its cells recur); the tree's boxes do not recur, and inserting
+        # millions of pieces one by one would cost more than it saves.
+        self.splitter = Splitter(net, a["cell"], max_splits, method=method, workers=1 if ray else workers,
+                                 use_cache=abstraction == "lattice" and not ray)
+        self.pool: TreePool | None = None
+        if abstraction == "tree":
+            self.tree = TreeBounds(env, self.splitter, faults)
+            if ray:
+                self.pool = TreePool(env, net, faults, max_splits, method, workers, address)
+        else:
+            self.expander = BoxExpander(env, self.splitter, faults)
+
+    def __call__(self, lo: np.ndarray, hi: np.ndarray, horizon: int) -> AbstractResult:
+        if self.abstraction == "lattice":
+            return check_bounds(self.expander, lo, hi, horizon, driver=self.driver, workers=self.workers,
+                                address=self.address)
+        if horizon < 1:
+            raise PropertyError(f"--horizon {horizon}: the horizon must be at least 1 step")
+        t = time.perf_counter()
+        if self.pool is not None:
+            up, low, st = self.pool.bounds(lo, hi, horizon)
+        else:
+            before = dict(self.tree.stats)
+            up, low = self.tree.bounds(lo, hi, horizon)
+            st = {k: v - before[k] for k, v in self.tree.stats.items()}
+        return AbstractResult(up, low, {"states": int(st.get("nodes", 0)), "split_s": float(st.get("split_s", 0.0)),
+                                        "pieces": int(st.get("pieces", 0)), "explore_s": time.perf_counter() - t})
+
+    def stats(self) -> dict[str, Any]:
+        if self.abstraction == "lattice":
+            e = self.expander
+            return {"box_states": e.stats["box_states"], "image_states": len(e.image_keys),
+                    "split_s": round(e.stats["split_s"], 3)}
+        return {"split_s": round(self.tree.stats["split_s"], 3)}
+
+    def close(self) -> None:
+        self.splitter.close()
+        if self.pool is not None:
+            self.pool.close()
+
+
 def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: int, refine: int,
-            threshold: float = 0.05, min_size: float = 1 / 64, max_splits: int = 4, workers: int = 1,
+            threshold: float = 0.05, min_size: float = 1 / 64, max_splits: int | None = None, workers: int = 1,
             method: str = "crown", driver: str = "local", address: str | None = None,
-            progress: Any = None) -> Analysis:
+            progress: Any = None, abstraction: str = "tree", validate: int = 0, seed: int = 0) -> Analysis:
     """Bounds for the initial region, refined ``refine`` times (see the module docstring).
 
-    With ``driver="local"`` the abstract MDP is explored in-process and ``workers`` processes split boxes by
-    action; with ``driver="ray"`` it is explored (and split) by ``workers`` Ray actors.
+    ``abstraction="tree"`` bounds each initial box by its tree of image boxes (:mod:`distmc.abstract.tree`),
+    ``"lattice"`` by the abstract MDP over lattice cells checked by Storm (:mod:`distmc.abstract.mdp`).
+    With ``driver="local"`` everything runs in this process and ``workers`` processes split boxes by action; with
+    ``driver="ray"`` ``workers`` Ray actors do the work (the lattice: explore the abstract MDP; the tree: each
+    takes a share of the initial boxes). ``validate=N`` computes the exact failure probability of ``N`` uniform
+    points of every new box (:func:`~distmc.abstract.simulate.validate`) after each step: the history then has the
+    volume-weighted mean gap ``upper - largest point probability``, and the result the worst gap and whether
+    every point lay within its box's bounds.
     """
     if driver not in ("local", "ray"):
         raise DistmcError(f"driver must be 'local' or 'ray', not '{driver}'")
-    if refine < 0 or not 0.0 <= threshold <= 1.0 or not 0.0 < min_size <= 1.0 or max_splits < 0:
-        raise DistmcError("need --refine >= 0, 0 <= --threshold <= 1, 0 < --min-size <= 1 and --max-splits >= 0")
+    if abstraction not in ABSTRACTIONS:
+        raise DistmcError(f"abstraction must be one of {', '.join(ABSTRACTIONS)}, not '{abstraction}'")
+    max_splits = MAX_SPLITS[abstraction] if max_splits is None else max_splits
+    if refine < 0 or not 0.0 <= threshold <= 1.0 or not 0.0 < min_size <= 1.0 or max_splits < 0 or validate < 0:
+        raise DistmcError("need --refine >= 0, 0 <= --threshold <= 1, 0 < --min-size <= 1, --max-splits >= 0 and "
+                          "--validate >= 0")
     a = env.arrays()
     width = a["init_hi"] - a["init_lo"]
     t0 = time.perf_counter()
-    ray = driver == "ray"
-    with Splitter(net, a["cell"], max_splits, method=method, workers=1 if ray else workers,
-                  use_cache=not ray) as splitter:
-        expander = BoxExpander(env, splitter, faults)
+    rng = np.random.default_rng(seed)
+    bounder = _Bounds(env, net, faults, abstraction, max_splits, method, workers, driver, address)
+    try:
         lo, hi = a["init_lo"][None, :], a["init_hi"][None, :]
-        res = check_bounds(expander, lo, hi, horizon, driver=driver, workers=workers, address=address)
+        res = bounder(lo, hi, horizon)
         out = Analysis(env.name, horizon, threshold, faults.describe(), lo, hi, res.upper, res.lower)
+        out.regions = env.regions()
         loosened = 0
 
+        def check_points(first: int, point_max: np.ndarray, inside: np.ndarray) -> None:
+            """Validate the boxes from index ``first`` on (the new ones); the older boxes keep theirs."""
+            v = validate_boxes(env, net, faults, out.lo[first:], out.hi[first:], out.upper[first:],
+                               out.lower[first:], horizon, validate, rng)
+            out.point_max = np.concatenate([point_max, v["point_max"]])
+            out.inside = np.concatenate([inside, v["inside"]])
+
         def record(step: int, stats: dict[str, Any]) -> None:
-            out.history.append({"step": step, "boxes": int(out.lo.shape[0]), "safe_fraction": out.safe_fraction(),
-                                "unsafe_fraction": out.unsafe_fraction(), "new_states": stats["states"],
-                                "split_s": round(stats["split_s"], 3), "elapsed_s": round(time.perf_counter() - t0, 3)})
+            h = {"step": step, "boxes": int(out.lo.shape[0]), "safe_fraction": out.safe_fraction(),
+                 "unsafe_fraction": out.unsafe_fraction(), "lower_half_fraction": out.fraction(out.lower >= 0.5),
+                 "new_states": stats["states"], "split_s": round(stats["split_s"], 3),
+                 "elapsed_s": round(time.perf_counter() - t0, 3)}
+            if out.inside is not None:
+                h["mean_gap"] = out.mean_gap()
+                h["outside"] = int((~out.inside).sum())
+            out.history.append(h)
             if progress is not None:
                 progress(out.history[-1])
 
+        if validate:
+            check_points(0, np.zeros(0), np.zeros(0, dtype=bool))
         record(0, res.stats)
         stopped = None
         for step in range(1, refine + 1):
@@ -121,24 +219,30 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
                 break
             idx = np.flatnonzero(todo)
             clo, chi = bisect(out.lo[idx], out.hi[idx], width)
-            res = check_bounds(expander, clo, chi, horizon, driver=driver, workers=workers, address=address)
+            res = bounder(clo, chi, horizon)
             parent = np.concatenate([idx, idx])
             up = np.minimum(res.upper, out.upper[parent])
             low = np.maximum(res.lower, out.lower[parent])
             loosened += int((res.upper > out.upper[parent]).sum() + (res.lower < out.lower[parent]).sum())
             keep = ~todo
+            first = int(keep.sum())
             out.lo, out.hi = np.concatenate([out.lo[keep], clo]), np.concatenate([out.hi[keep], chi])
             out.upper, out.lower = np.concatenate([out.upper[keep], up]), np.concatenate([out.lower[keep], low])
+            if out.point_max is not None and out.inside is not None:
+                check_points(first, out.point_max[keep], out.inside[keep])
             record(step, res.stats)
-        # With Ray the states live in the actors: report the largest abstract MDP built instead.
-        local_states = expander.stats["box_states"] + len(expander.image_keys) + 1
-        out.stats = {"abstract_states": max(h["new_states"] for h in out.history) if ray else local_states,
-                     "box_states": expander.stats["box_states"], "image_states": len(expander.image_keys),
-                     "split_s": round(expander.stats["split_s"], 3), "elapsed_s": round(time.perf_counter() - t0, 3),
-                     "loosened": loosened, "workers": workers, "driver": driver, "method": method, "max_splits": max_splits,
-                     "min_size": min_size, **{f"splitter_{k}": v for k, v in splitter.stats.items()}}
+        ray = driver == "ray"
+        out.stats = {"abstract_states": max(h["new_states"] for h in out.history) if ray else
+                     sum(h["new_states"] for h in out.history), **bounder.stats(),
+                     "elapsed_s": round(time.perf_counter() - t0, 3), "loosened": loosened, "workers": workers,
+                     "driver": driver, "abstraction": abstraction, "method": method, "max_splits": max_splits,
+                     "min_size": min_size, **{f"splitter_{k}": v for k, v in bounder.splitter.stats.items()}}
+        if abstraction == "lattice" and not ray:
+            out.stats["abstract_states"] = out.stats["box_states"] + out.stats["image_states"] + 1
         if stopped is not None:
             out.stats["stopped"] = stopped
+    finally:
+        bounder.close()
     return out
 
 

@@ -20,16 +20,28 @@ __all__ = ["plot", "summary", "to_json"]
 
 def summary(a: Analysis, env: ContinuousEnv, rows: int = 20) -> str:
     """Text report: the settings, the refinement history, and the worst ``rows`` boxes by upper bound."""
-    lines = [f"distmc abstract {a.env}: horizon {a.horizon}, fault {a.fault}, threshold {a.threshold:g}",
+    lines = [f"distmc abstract {a.env}: horizon {a.horizon}, fault {a.fault}, threshold {a.threshold:g}, "
+             f"{a.stats.get('abstraction', 'lattice')} abstraction",
+             *(f"  {k} region: " + ", ".join(f"{n}=[{lo:g}, {hi:g}]" for n, (lo, hi) in r.items())
+               for k, r in a.regions.items()),
              f"  {a.lo.shape[0]} initial boxes, {a.stats.get('abstract_states', 0)} abstract states "
-             f"({a.stats.get('box_states', 0)} boxes, {a.stats.get('image_states', 0)} images), "
+             + (f"({a.stats.get('box_states', 0)} boxes, {a.stats.get('image_states', 0)} images), "
+                if "box_states" in a.stats else "(tree nodes, all steps), ") +
              f"{a.stats.get('elapsed_s', 0):.2f} s (split {a.stats.get('split_s', 0):.2f} s, "
              f"{a.stats.get('workers', 1)} workers)",
              f"  safe volume (upper <= {a.threshold:g}): {a.safe_fraction():.4f}; surely unsafe (lower > "
-             f"{a.threshold:g}): {a.unsafe_fraction():.4f}",
-             "  step  boxes  safe_fraction  unsafe_fraction"]
+             f"{a.threshold:g}): {a.unsafe_fraction():.4f}; lower >= 0.5: {a.fraction(a.lower >= 0.5):.4f}",
+             "  step  boxes  safe_fraction  unsafe_fraction  lower>=0.5" + ("  mean_gap" if a.point_max is not None
+                                                                             else "") + "  elapsed_s"]
     for h in a.history:
-        lines.append(f"  {h['step']:>4}  {h['boxes']:>5}  {h['safe_fraction']:>13.4f}  {h['unsafe_fraction']:>15.4f}")
+        gap = f"  {h['mean_gap']:>8.4f}" if "mean_gap" in h else ""
+        lines.append(f"  {h['step']:>4}  {h['boxes']:>5}  {h['safe_fraction']:>13.4f}  {h['unsafe_fraction']:>15.4f}"
+                     f"  {h.get('lower_half_fraction', 0.0):>10.4f}{gap}  {h['elapsed_s']:>9.1f}")
+    if a.point_max is not None and a.inside is not None:
+        worst = int(np.argmax(a.upper - a.point_max))
+        lines.append(f"  --validate: every sampled point within its box's bounds: {bool(a.inside.all())} "
+                     f"({int((~a.inside).sum())} boxes not); mean gap upper - largest point probability "
+                     f"{a.mean_gap():.4f}, worst {a.upper[worst] - a.point_max[worst]:.4f} (box {worst})")
     if "stopped" in a.stats:
         lines.append(f"  {a.stats['stopped']}")
     order = np.argsort(-a.upper, kind="stable")[:rows]
@@ -46,11 +58,22 @@ def to_json(a: Analysis, env: ContinuousEnv) -> str:
     doc: dict[str, Any] = {
         "env": a.env, "state_names": list(env.state_names), "horizon": a.horizon, "fault": a.fault,
         "threshold": a.threshold, "safe_fraction": a.safe_fraction(), "unsafe_fraction": a.unsafe_fraction(),
+        "regions": {k: {n: [_num(lo), _num(hi)] for n, (lo, hi) in r.items()} for k, r in a.regions.items()},
         "history": a.history, "stats": a.stats,
         "boxes": [{"lo": a.lo[i].tolist(), "hi": a.hi[i].tolist(), "lower": float(a.lower[i]),
                    "upper": float(a.upper[i])} for i in range(a.lo.shape[0])],
     }
+    if a.point_max is not None and a.inside is not None:
+        doc["validate"] = {"all_inside": bool(a.inside.all()), "mean_gap": a.mean_gap(),
+                           "worst_gap": float((a.upper - a.point_max).max())}
+        for i, b in enumerate(doc["boxes"]):
+            b["point_max"], b["inside"] = float(a.point_max[i]), bool(a.inside[i])
     return json.dumps(doc, indent=1)
+
+
+def _num(x: float) -> float | str:
+    """A bound for JSON: infinities as the strings ``"inf"``/``"-inf"`` (JSON has no infinity)."""
+    return x if np.isfinite(x) else ("inf" if x > 0 else "-inf")
 
 
 def plot(a: Analysis, env: ContinuousEnv, path: str | Path, dims: tuple[int, int] | None = None) -> None:
