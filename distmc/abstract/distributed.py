@@ -28,8 +28,9 @@ __all__ = ["BoxJob", "KeyCodec", "TreePool"]
 
 @dataclass(frozen=True)
 class BoxJob:
-    """What a Ray actor needs to build the box expander (see the module docstring); the environment travels whole
-    (with its regions, which `--init`/`--safe` may have changed).
+    """What a Ray actor needs to build the box expander (see the module docstring).
+
+    The environment travels whole, with its regions (which ``--init``/``--safe`` may have changed).
     """
 
     env: ContinuousEnv
