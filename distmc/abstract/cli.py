@@ -37,6 +37,8 @@ def add_parser(sub: Any) -> None:
                    help="exact failure probability of N uniform points per box (every fault outcome enumerated), "
                         "checked against the box's bounds; prints the worst and mean gap")
     p.add_argument("--seed", type=int, default=0, help="seed of --validate's points")
+    p.add_argument("--time-limit", default=None, metavar="DURATION",
+                   help="stop refining before a step that would end past this (e.g. 15m, 900s); the report says so")
     p.add_argument("--policy", required=True, help="controller: JSON spec (with its .pt weights next to it)")
     p.add_argument("--horizon", type=int, default=7, help="decision steps (default 7)")
     p.add_argument("--refine", type=int, default=0, help="refinement steps (default 0)")
@@ -47,8 +49,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-splits", type=int, default=None,
                    help="bisections per box when splitting by action (default: 0 for the tree, 4 for the lattice)")
     p.add_argument("--bounds", default="crown", choices=["crown", "ibp"], help="network bounds")
-    p.add_argument("--workers", type=int, default=1,
-                   help="local: processes splitting boxes by action; ray: actors exploring the abstract MDP")
+    p.add_argument("--workers", type=int, default=None,
+                   help="local: processes splitting boxes by action; ray: actors (default: the cores, up to 8, for "
+                        "the tree and on Ray; 1 for the lattice in-process)")
     p.add_argument("--driver", default="local", choices=["local", "ray"],
                    help="explore the abstract MDP in-process (local) or on Ray actors (ray)")
     p.add_argument("--address", default=None, help="with --driver ray: Ray cluster to join (auto or HOST:PORT)")
@@ -78,7 +81,9 @@ def main(args: argparse.Namespace) -> int:
         from distmc.abstract.network import load_network
         from distmc.abstract.refine import analyse, check_fit
         from distmc.abstract.report import plot, summary, to_json
+        from distmc.explore.limits import parse_duration
 
+        time_limit = parse_duration(args.time_limit)
         env = with_regions(get_env(args.env), args.init, args.safe)
         faults = parse_fault(args.fault)
         net = load_network(args.policy)
@@ -87,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
                          min_size=args.min_size, max_splits=args.max_splits, workers=args.workers,
                          method=args.bounds, driver=args.driver, address=args.address,
                          abstraction=args.abstraction, validate=args.validate, seed=args.seed,
-                         progress=_step_line)
+                         progress=_step_line, time_limit=time_limit)
         print(summary(result, env, args.rows))
         if args.json_path:
             Path(args.json_path).write_text(to_json(result, env))

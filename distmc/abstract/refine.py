@@ -13,6 +13,7 @@ or lowers a lower bound. How often the child's own bound was looser is reported 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,6 +118,7 @@ class _Bounds:
         self.splitter = Splitter(net, a["cell"], max_splits, method=method, workers=1 if ray else workers,
                                  use_cache=abstraction == "lattice" and not ray)
         self.pool: TreePool | None = None
+        self.split_s = 0.0  # the pool's actors' split time
         if abstraction == "tree":
             self.tree = TreeBounds(env, self.splitter, faults)
             if ray:
@@ -133,6 +135,7 @@ class _Bounds:
         t = time.perf_counter()
         if self.pool is not None:
             up, low, st = self.pool.bounds(lo, hi, horizon)
+            self.split_s += float(st.get("split_s", 0.0))
         else:
             before = dict(self.tree.stats)
             up, low = self.tree.bounds(lo, hi, horizon)
@@ -145,7 +148,7 @@ class _Bounds:
             e = self.expander
             return {"box_states": e.stats["box_states"], "image_states": len(e.image_keys),
                     "split_s": round(e.stats["split_s"], 3)}
-        return {"split_s": round(self.tree.stats["split_s"], 3)}
+        return {"split_s": round(self.tree.stats["split_s"] + self.split_s, 3)}
 
     def close(self) -> None:
         self.splitter.close()
@@ -153,10 +156,20 @@ class _Bounds:
             self.pool.close()
 
 
+def default_workers(abstraction: str, driver: str) -> int:
+    """Workers when none are asked for.
+
+    The tree splits on every core (measured faster here, benchmarks/RESULTS.md); the lattice in-process uses one
+    process (its batches are too small to pay for starting the split processes).
+    """
+    return max(1, min(os.cpu_count() or 1, 8)) if abstraction == "tree" or driver == "ray" else 1
+
+
 def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: int, refine: int,
-            threshold: float = 0.05, min_size: float = 1 / 64, max_splits: int | None = None, workers: int = 1,
+            threshold: float = 0.05, min_size: float = 1 / 64, max_splits: int | None = None, workers: int | None = None,
             method: str = "crown", driver: str = "local", address: str | None = None,
-            progress: Any = None, abstraction: str = "tree", validate: int = 0, seed: int = 0) -> Analysis:
+            progress: Any = None, abstraction: str = "tree", validate: int = 0, seed: int = 0,
+            time_limit: float | None = None) -> Analysis:
     """Bounds for the initial region, refined ``refine`` times (see the module docstring).
 
     ``abstraction="tree"`` bounds each initial box by its tree of image boxes (:mod:`distmc.abstract.tree`),
@@ -167,12 +180,16 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
     points of every new box (:func:`~distmc.abstract.simulate.validate`) after each step: the history then has the
     volume-weighted mean gap ``upper - largest point probability``, and the result the worst gap and whether
     every point lay within its box's bounds.
+
+    ``time_limit`` (seconds): refinement stops before a step that would end past it, estimated from the previous
+    step's time per box (the steps' costs grow with their number of new boxes); the report says so.
     """
     if driver not in ("local", "ray"):
         raise DistmcError(f"driver must be 'local' or 'ray', not '{driver}'")
     if abstraction not in ABSTRACTIONS:
         raise DistmcError(f"abstraction must be one of {', '.join(ABSTRACTIONS)}, not '{abstraction}'")
     max_splits = MAX_SPLITS[abstraction] if max_splits is None else max_splits
+    workers = default_workers(abstraction, driver) if workers is None else workers
     if refine < 0 or not 0.0 <= threshold <= 1.0 or not 0.0 < min_size <= 1.0 or max_splits < 0 or validate < 0:
         raise DistmcError("need --refine >= 0, 0 <= --threshold <= 1, 0 < --min-size <= 1, --max-splits >= 0 and "
                           "--validate >= 0")
@@ -211,6 +228,7 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
             check_points(0, np.zeros(0), np.zeros(0, dtype=bool))
         record(0, res.stats)
         stopped = None
+        last_step_s, last_boxes = time.perf_counter() - t0, 1
         for step in range(1, refine + 1):
             big = ((out.hi - out.lo) / width > min_size + 1e-12).any(axis=1)
             todo = (out.upper > threshold) & (out.lower <= threshold) & big
@@ -218,7 +236,16 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
                 stopped = f"refinement stopped after step {step - 1} of {refine}: " + _why_done(out, big, min_size)
                 break
             idx = np.flatnonzero(todo)
+            if time_limit is not None and step > 1:
+                elapsed = time.perf_counter() - t0
+                estimate = last_step_s / max(last_boxes, 1) * 2 * idx.shape[0]
+                if elapsed + estimate > time_limit:
+                    stopped = (f"refinement stopped after step {step - 1} of {refine}: step {step} ({2 * idx.shape[0]} "
+                               f"new boxes, about {estimate:.0f} s) would end past the time limit of {time_limit:g} s "
+                               f"({elapsed:.0f} s spent)")
+                    break
             clo, chi = bisect(out.lo[idx], out.hi[idx], width)
+            t_step = time.perf_counter()
             res = bounder(clo, chi, horizon)
             parent = np.concatenate([idx, idx])
             up = np.minimum(res.upper, out.upper[parent])
@@ -230,10 +257,13 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
             out.upper, out.lower = np.concatenate([out.upper[keep], up]), np.concatenate([out.lower[keep], low])
             if out.point_max is not None and out.inside is not None:
                 check_points(first, out.point_max[keep], out.inside[keep])
+            last_step_s, last_boxes = time.perf_counter() - t_step, clo.shape[0]
             record(step, res.stats)
         ray = driver == "ray"
-        out.stats = {"abstract_states": max(h["new_states"] for h in out.history) if ray else
-                     sum(h["new_states"] for h in out.history), **bounder.stats(),
+        # The tree's nodes of every step; the lattice on Ray: the largest abstract MDP built (its states live in the
+        # actors), in-process: the states of the one growing abstract MDP (set below).
+        out.stats = {"abstract_states": max(h["new_states"] for h in out.history) if ray and abstraction == "lattice"
+                     else sum(h["new_states"] for h in out.history), **bounder.stats(),
                      "elapsed_s": round(time.perf_counter() - t0, 3), "loosened": loosened, "workers": workers,
                      "driver": driver, "abstraction": abstraction, "method": method, "max_splits": max_splits,
                      "min_size": min_size, **{f"splitter_{k}": v for k, v in bounder.splitter.stats.items()}}

@@ -1,7 +1,7 @@
 """Output of ``distmc abstract``: a table of initial boxes, a JSON report, and plots (as the MOSAIC paper shows).
 
-2-D systems get a heatmap of the upper bound over the initial region; higher dimensions get a histogram of the
-volume per upper bound and a 2-D projection (each box drawn as its projection, the worst bounds on top).
+2-D systems get a heatmap of the upper bound over the initial region; higher dimensions get MOSAIC's Figure 4: a
+histogram of the volume per bound and a bubble scatter of the boxes on their first two principal components.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from distmc.abstract.envs import ContinuousEnv
 from distmc.abstract.refine import Analysis
 
-__all__ = ["plot", "summary", "to_json"]
+__all__ = ["pca_centres", "plot", "summary", "to_json"]
 
 
 def summary(a: Analysis, env: ContinuousEnv, rows: int = 20) -> str:
@@ -76,8 +76,29 @@ def _num(x: float) -> float | str:
     return x if np.isfinite(x) else ("inf" if x > 0 else "-inf")
 
 
+def pca_centres(a: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """The box centres ``[I, d]`` on their first two principal components (``[I, 2]``) and the variance shares.
+
+    Each dimension is scaled by the initial region's width first, so the components do not favour the variable
+    with the largest units; the centres are weighted by volume, as the region is.
+    """
+    width = a.hi.max(axis=0) - a.lo.min(axis=0)
+    c = (a.lo + a.hi) / 2 / np.where(width > 0, width, 1.0)
+    v = a.volumes() / a.volumes().sum()
+    mean = v @ c
+    x = (c - mean) * np.sqrt(v)[:, None]
+    _, sing, vt = np.linalg.svd(x, full_matrices=False)
+    share = sing**2 / max(float((sing**2).sum()), 1e-300)
+    comps = vt[:2] if vt.shape[0] >= 2 else np.vstack([vt, np.zeros_like(vt)])
+    return (c - mean) @ comps.T, np.pad(share[:2], (0, max(0, 2 - share.shape[0])))
+
+
 def plot(a: Analysis, env: ContinuousEnv, path: str | Path, dims: tuple[int, int] | None = None) -> None:
-    """Heatmap of the upper bound (2-D), or a volume histogram and a 2-D projection (higher dimensions)."""
+    """Heatmap of the upper bound (2-D), or MOSAIC's Figure 4 (higher dimensions).
+
+    Figure 4 is the volume histogram of the bounds and a PCA bubble scatter of the boxes (bubble area by volume,
+    colour by upper bound).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,32 +107,41 @@ def plot(a: Analysis, env: ContinuousEnv, path: str | Path, dims: tuple[int, int
     from matplotlib.patches import Rectangle
 
     d = env.dim
-    i, j = dims if dims is not None else ((0, 1) if d == 2 else (d - 2, d - 1))
-    fig, axes = plt.subplots(1, 1 if d == 2 else 2, figsize=(6 if d == 2 else 12, 5), squeeze=False)
-    ax = axes[0][-1]
+    title = f"{a.env}: P(fail within {a.horizon})"
+    note = f"fault {a.fault}, safe fraction {a.safe_fraction():.3f} at {a.threshold:g}"
     order = np.argsort(a.upper, kind="stable")  # worst drawn last (on top)
-    rects = [Rectangle((a.lo[k, i], a.lo[k, j]), a.hi[k, i] - a.lo[k, i], a.hi[k, j] - a.lo[k, j]) for k in order]
-    pc = PatchCollection(rects, cmap="RdYlGn_r", edgecolor="k", linewidth=0.2, alpha=1.0 if d == 2 else 0.6)
-    pc.set_array(a.upper[order])
-    pc.set_clim(0, 1)
-    ax.add_collection(pc)
-    ax.set_xlim(a.lo[:, i].min(), a.hi[:, i].max())
-    ax.set_ylim(a.lo[:, j].min(), a.hi[:, j].max())
-    ax.set_xlabel(env.state_names[i])
-    ax.set_ylabel(env.state_names[j])
-    kind = "upper bound" if d == 2 else f"projection on ({env.state_names[i]}, {env.state_names[j]})"
-    ax.set_title(f"{a.env}: P(fail within {a.horizon}) {kind}\nfault {a.fault}, safe fraction "
-                 f"{a.safe_fraction():.3f} at {a.threshold:g}")
-    fig.colorbar(pc, ax=ax, label="upper bound on failure probability")
-    if d != 2:
-        h = axes[0][0]
+    if d == 2:
+        i, j = dims if dims is not None else (0, 1)
+        fig, ax = plt.subplots(figsize=(6, 5))
+        rects = [Rectangle((a.lo[k, i], a.lo[k, j]), a.hi[k, i] - a.lo[k, i], a.hi[k, j] - a.lo[k, j]) for k in order]
+        pc = PatchCollection(rects, cmap="RdYlGn_r", edgecolor="k", linewidth=0.2)
+        pc.set_array(a.upper[order])
+        pc.set_clim(0, 1)
+        ax.add_collection(pc)
+        ax.set_xlim(a.lo[:, i].min(), a.hi[:, i].max())
+        ax.set_ylim(a.lo[:, j].min(), a.hi[:, j].max())
+        ax.set_xlabel(env.state_names[i])
+        ax.set_ylabel(env.state_names[j])
+        ax.set_title(f"{title} upper bound\n{note}")
+        fig.colorbar(pc, ax=ax, label="upper bound on failure probability")
+    else:
+        fig, (h, ax) = plt.subplots(1, 2, figsize=(13, 5))
         v = a.volumes()
-        h.hist(a.upper, bins=np.linspace(0, 1, 21), weights=v / v.sum(), color="tab:red", alpha=0.7, label="upper")
-        h.hist(a.lower, bins=np.linspace(0, 1, 21), weights=v / v.sum(), color="tab:blue", alpha=0.5, label="lower")
+        bins = np.linspace(0, 1, 21)
+        h.hist(a.upper, bins=bins, weights=v / v.sum(), color="tab:red", alpha=0.7, label="upper")
+        h.hist(a.lower, bins=bins, weights=v / v.sum(), color="tab:blue", alpha=0.5, label="lower")
         h.set_xlabel("bound on failure probability")
         h.set_ylabel("fraction of the initial volume")
         h.legend()
         h.set_title(f"{a.env}: volume per bound ({a.lo.shape[0]} boxes)")
+        xy, share = pca_centres(a)
+        area = 4 + 400 * np.sqrt(v / v.max())  # area by volume (square root: the smallest boxes stay visible)
+        sc = ax.scatter(xy[order, 0], xy[order, 1], s=area[order], c=a.upper[order], cmap="RdYlGn_r", vmin=0, vmax=1,
+                        edgecolors="k", linewidths=0.2, alpha=0.8)
+        ax.set_xlabel(f"first principal component ({share[0]:.0%} of the variance)")
+        ax.set_ylabel(f"second principal component ({share[1]:.0%})")
+        ax.set_title(f"{title}: boxes on their principal components\n(bubble area by volume) {note}")
+        fig.colorbar(sc, ax=ax, label="upper bound on failure probability")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
