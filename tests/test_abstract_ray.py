@@ -43,8 +43,22 @@ def test_ray_driver_gives_the_in_process_bounds() -> None:
     assert (local.upper > local.lower).any()
 
 
-def test_analyse_on_ray_refines() -> None:
+def test_analyse_on_ray_refines() -> None:  # the tree, by default
     env, net = get_env("pendulum"), load_network(POLICIES / "pendulum.json")
     res = analyse(env, net, parse_fault("sticky:0.2"), horizon=2, refine=2, driver="ray", workers=2)
     assert len(res.history) == 3 and res.stats["driver"] == "ray"
     assert res.history[-1]["safe_fraction"] >= res.history[0]["safe_fraction"]
+
+
+def test_tree_on_ray_actors_gives_the_in_process_bounds() -> None:
+    env, net = get_env("cartpole-mosaic"), load_network(POLICIES / "cartpole.json")
+    faults = parse_fault("sticky:0.2")
+    local = analyse(env, net, faults, horizon=4, refine=5, workers=1)
+    dist = analyse(env, net, faults, horizon=4, refine=5, driver="ray", workers=2)
+    assert np.array_equal(local.lo, dist.lo) and np.array_equal(local.hi, dist.hi)
+    assert np.array_equal(local.upper, dist.upper) and np.array_equal(local.lower, dist.lower)
+    assert dist.stats["abstraction"] == "tree" and dist.stats["abstract_states"] == local.stats["abstract_states"]
+    assert (local.upper < 1).any()
+    lattice = analyse(get_env("pendulum"), load_network(POLICIES / "pendulum.json"), faults, horizon=2, refine=1,
+                      driver="ray", workers=2, abstraction="lattice")
+    assert lattice.stats["abstraction"] == "lattice" and len(lattice.history) == 2

@@ -89,6 +89,9 @@ class TreePool:
         if not ray.is_initialized():  # as distmc.explore.ray does: our own Ray unless an address is given
             address = address or os.environ.get("RAY_ADDRESS") or "local"
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        from distmc.explore.ray.coordinator import release_workers
+
+        release_workers()  # explorer actors kept from an earlier run would hold the CPUs these actors need
         self.ray = ray
         actor = ray.remote(num_cpus=1)(_TreeWorker)
         self.actors: list[Any] = [actor.remote(env, net.to_arrays(), faults, max_splits, method, 1) for _ in range(workers)]

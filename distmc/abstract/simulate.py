@@ -43,6 +43,10 @@ def failure_frequency(env: ContinuousEnv, net: Network, faults: FaultModel, lo: 
     return failed.reshape(i, samples).mean(axis=1)
 
 
+#: Start points per batch of :func:`point_probability` (a batch holds up to ``outcomes ** horizon`` runs of each).
+POINT_BATCH = 2048
+
+
 def point_probability(env: ContinuousEnv, net: Network, faults: FaultModel, x: np.ndarray, horizon: int) -> np.ndarray:
     """Exact failure probability ``[N]`` within ``horizon`` decisions of each start point ``x`` ``[N, d]``.
 
@@ -52,6 +56,9 @@ def point_probability(env: ContinuousEnv, net: Network, faults: FaultModel, x: n
     :mod:`distmc.abstract.faults` and the abstraction.
     """
     x = np.asarray(x, dtype=np.float64)
+    if x.shape[0] > POINT_BATCH:  # batches of points: the runs of one batch grow as outcomes ** step
+        return np.concatenate([point_probability(env, net, faults, x[s : s + POINT_BATCH], horizon)
+                               for s in range(0, x.shape[0], POINT_BATCH)])
     fail = np.where(env.failed(x), 1.0, 0.0)
     alive = np.flatnonzero(fail == 0)
     xs, w, idx = x[alive], np.ones(alive.shape[0]), alive
