@@ -66,9 +66,7 @@ class _TreeWorker:
         self.tree = TreeBounds(env, splitter, faults)
 
     def bounds(self, lo: np.ndarray, hi: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-        before = dict(self.tree.stats)
-        up, low = self.tree.bounds(lo, hi, horizon)
-        return up, low, {k: v - before[k] for k, v in self.tree.stats.items()}
+        return self.tree.measured(lo, hi, horizon)
 
 
 class TreePool:

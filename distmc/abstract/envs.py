@@ -148,6 +148,13 @@ class ContinuousEnv:
         a = self.arrays()
         return np.asarray(((x < a["safe_lo"]) | (x > a["safe_hi"])).any(axis=1))
 
+    def box_flags(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``[N]`` bool each: the boxes ``[N, dim]`` overlap the failure region (*maybe*), lie inside it (*surely*)."""
+        a = self.arrays()
+        maybe = ((lo < a["safe_lo"]) | (hi > a["safe_hi"])).any(axis=1)
+        surely = ((hi < a["safe_lo"]) | (lo > a["safe_hi"])).any(axis=1)
+        return np.asarray(maybe), np.asarray(surely)
+
     def regions(self) -> dict[str, dict[str, list[float]]]:
         """The initial region and the safe box by variable name (``[lo, hi]``; +-inf where the box is open)."""
         return {"init": {n: [self.init_lo[i], self.init_hi[i]] for i, n in enumerate(self.state_names)},
@@ -293,8 +300,6 @@ def with_regions(env: ContinuousEnv, init: str | None = None, safe: str | None =
         _set(out, **{lo_f: tuple(lo), hi_f: tuple(hi)})
     if not all(map(math.isfinite, out.init_lo + out.init_hi)):
         raise DistmcError("--init: the initial region must be bounded")
-    if any(lo < hi_ for lo, hi_ in zip(out.init_hi, out.init_lo, strict=True)):
-        raise DistmcError("--init: need LO <= HI")
     if any(a < s for a, s in zip(out.init_lo, out.safe_lo, strict=True)) or any(
             a > s for a, s in zip(out.init_hi, out.safe_hi, strict=True)):
         raise DistmcError(f"the initial region {_box(out.state_names, out.init_lo, out.init_hi)} does not lie inside "

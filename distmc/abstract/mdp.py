@@ -136,8 +136,8 @@ class BoxExpander:
 
     def _image_keys(self, lo: np.ndarray, hi: np.ndarray, maybe: np.ndarray, surely: np.ndarray) -> np.ndarray:
         """Keys of the image states of boxes ``[N, d]`` (``maybe``/``surely``: failed at an earlier physical step)."""
-        maybe = maybe | ((lo < self.safe_lo) | (hi > self.safe_hi)).any(axis=1)
-        surely = surely | ((hi < self.safe_lo) | (lo > self.safe_hi)).any(axis=1)
+        m, s = self.env.box_flags(lo, hi)
+        maybe, surely = maybe | m, surely | s
         clo, chi = np.maximum(lo, self.safe_lo), np.minimum(hi, self.safe_hi)
         span = np.where(surely[:, None], 0.0, np.maximum(np.abs(clo), np.abs(chi)) / self.cell)
         if not (span < self.half - 1).all():  # also catches inf and nan
@@ -197,8 +197,9 @@ class BoxExpander:
                 surely = np.zeros(pr.shape[0], dtype=bool)
                 for i, ex in enumerate(executed):
                     if i:  # failure after an earlier physical step of a sticky step
-                        maybe |= ((blo < self.safe_lo) | (bhi > self.safe_hi)).any(axis=1)
-                        surely |= ((bhi < self.safe_lo) | (blo > self.safe_hi)).any(axis=1)
+                        m, s = self.env.box_flags(blo, bhi)
+                        maybe |= m
+                        surely |= s
                     u = self.actions[pa] if ex else np.full(pr.shape[0], self.env.noop)
                     blo, bhi = self.env.step_box(blo, bhi, u)
                 cols.append(self._image_keys(blo, bhi, maybe, surely))

@@ -137,9 +137,7 @@ class _Bounds:
             up, low, st = self.pool.bounds(lo, hi, horizon)
             self.split_s += float(st.get("split_s", 0.0))
         else:
-            before = dict(self.tree.stats)
-            up, low = self.tree.bounds(lo, hi, horizon)
-            st = {k: v - before[k] for k, v in self.tree.stats.items()}
+            up, low, st = self.tree.measured(lo, hi, horizon)
         return AbstractResult(up, low, {"states": int(st.get("nodes", 0)), "split_s": float(st.get("split_s", 0.0)),
                                         "pieces": int(st.get("pieces", 0)), "explore_s": time.perf_counter() - t})
 

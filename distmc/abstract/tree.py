@@ -85,11 +85,6 @@ class TreeBounds:
         self.probs = np.array([p for p, _ in self.outcomes])
         self.stats: dict[str, Any] = {"nodes": 0, "choices": 0, "pieces": 0, "split_s": 0.0, "step_s": 0.0}
 
-    def _flags(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        maybe = ((lo < self.safe_lo) | (hi > self.safe_hi)).any(axis=1)
-        surely = ((hi < self.safe_lo) | (lo > self.safe_hi)).any(axis=1)
-        return np.asarray(maybe), np.asarray(surely)
-
     def level(self, lo: np.ndarray, hi: np.ndarray, last: bool) -> tuple[Level, np.ndarray, np.ndarray]:
         """Expand the nodes ``[N, d]`` one decision step; returns the level and the next level's node boxes."""
         n, d = lo.shape
@@ -118,7 +113,7 @@ class TreeBounds:
             for ex in executed:  # failure is checked after every physical step
                 u = self.actions[pa] if ex else np.full(pr.shape[0], self.env.noop)
                 blo, bhi = self.env.step_box(blo, bhi, u)
-                m, s = self._flags(blo, bhi)
+                m, s = self.env.box_flags(blo, bhi)
                 pm |= m
                 ps |= s
             # The hull of the clipped images of the pieces that do not surely fail (a surely failed piece has no
@@ -141,11 +136,11 @@ class TreeBounds:
 
     def reduce(self, levels: list[Level]) -> tuple[np.ndarray, np.ndarray]:
         """Upper and lower bounds ``[N0]`` of the first level's nodes (the backward pass of the module docstring)."""
-        nxt_u = nxt_l = np.zeros(0)
+        nxt_u = nxt_l = np.zeros(1)  # past the horizon: value 0 (the last level's children are all -1)
         for lv in reversed(levels):
-            has = lv.child >= 0
-            cu = np.where(lv.maybe, 1.0, np.where(has, nxt_u[np.maximum(lv.child, 0)] if nxt_u.size else 0.0, 0.0))
-            cl = np.where(lv.surely, 1.0, np.where(has, nxt_l[np.maximum(lv.child, 0)] if nxt_l.size else 0.0, 0.0))
+            has, child = lv.child >= 0, np.maximum(lv.child, 0)
+            cu = np.where(lv.maybe, 1.0, np.where(has, nxt_u[child], 0.0))
+            cl = np.where(lv.surely, 1.0, np.where(has, nxt_l[child], 0.0))
             vu, vl = cu @ self.probs, cl @ self.probs
             nxt_u = np.full(lv.nodes, -np.inf)
             nxt_l = np.full(lv.nodes, np.inf)
@@ -163,13 +158,20 @@ class TreeBounds:
                 raise _TooBig
         return levels
 
+    def measured(self, lo: np.ndarray, hi: np.ndarray,
+                 horizon: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """:meth:`bounds`, and what this call added to :attr:`stats`."""
+        before = dict(self.stats)
+        up, low = self.bounds(lo, hi, horizon)
+        return up, low, {k: v - before[k] for k, v in self.stats.items()}
+
     def bounds(self, lo: np.ndarray, hi: np.ndarray, horizon: int, batch: int = 4096) -> tuple[np.ndarray, np.ndarray]:
         """Upper and lower bounds on failure within ``horizon`` decisions from each initial box ``[I, d]``.
 
         An initial box that overlaps the failure region gets upper bound 1 (its states there have failed at
         step 0), and lower bound 1 if it lies inside it; the rest are clipped to the safe box first.
         """
-        maybe, surely = self._flags(lo, hi)
+        maybe, surely = self.env.box_flags(lo, hi)
         upper = np.where(maybe, 1.0, 0.0)
         lower = np.where(surely, 1.0, 0.0)
         todo = np.flatnonzero(~surely)
