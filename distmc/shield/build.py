@@ -236,36 +236,40 @@ def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptio
     base_states, base_value = vals.states, vals.value
     sh = _Shield(len(model.actions))
     rounds: list[dict[str, Any]] = []
-    best: tuple[float, int, Any] | None = None
+    best: tuple[float, int, Any] = (float(before.result), 0, before)  # round 0: no shield
     budget = min(1.0, START * float(delta))
     unknown = 0
-    for r in range(1, max_rounds + 1):
+    r = 0
+    while float(before.result) > delta and len(rounds) < max_rounds:
+        r += 1
         ar = action_risks(model, kernel, codec, parts.props.terminal_mask, vals.states, vals.index, vals.value)
         unknown = max(unknown, ar.unknown)
         rows = sh.rows_of(codec.pack(vals.states), vals.states, ar.enabled)
         old = sh.allowed[rows]
         new = _restrict(ar.risk, old, budget)
-        changed = bool((new != old).any())
-        if not changed and best is not None:
+        if not (new != old).any():
             if budget == 0.0:
                 break  # every state keeps only its safest actions: nothing more can be removed
-            budget = 0.0 if r + 1 >= max_rounds else budget / 4
+            budget = 0.0 if len(rounds) + 1 >= max_rounds else budget / 4
             continue
         sh.allowed[rows] = new
-        table_path, manifest = _write_round(work, r, sh, model, to_policy, policy_actions, opts, prop, delta)
+        _, manifest = _write_round(work, r, sh, model, to_policy, policy_actions, opts, prop, delta)
         rep = run(str(manifest), work / f"values-{r}.parquet")
         value = float(rep.result)
         rounds.append({"round": r, "budget": budget, "value": value, "states": rep.states,
                        "shielded_states": int(sh.restricted().sum()), "seconds": rep.timings.get("total_s", 0.0)})
         log.info("shield round %d: budget %.3g, value %.12g, %d states", r, budget, value, rep.states)
-        if best is None or value < best[0]:
+        if value < best[0]:
             best = (value, r, rep)
         if value <= delta:
             break
         vals = _Values.read(work / f"values-{r}.parquet", parts)
-        budget = 0.0 if r + 1 >= max_rounds else budget / 4
-    assert best is not None
+        budget = 0.0 if len(rounds) + 1 >= max_rounds else budget / 4
     value_after, r_best, after = best
+    if r_best == 0:  # no round was needed (or none changed anything): the empty shield, verified as such
+        _, manifest = _write_round(work, 0, sh, model, to_policy, policy_actions, opts, prop, delta)
+        after = run(str(manifest), None)
+        value_after = float(after.result)
     shield_path, policy_path = outdir / "shield.parquet", outdir / "shielded.json"
     shutil.copyfile(work / f"shield-{r_best}.parquet", shield_path)
     write_manifest(policy_path, opts.policy or "uniform", shield_path, opts.interface, model=str(model_path),
@@ -311,10 +315,11 @@ def _write_round(work: Path, r: int, sh: _Shield, model: Any, to_policy: np.ndar
                  opts: VerifyOptions, prop: str, delta: float) -> tuple[Path, Path]:
     """Round ``r``'s shield table (the restricted states, allowed sets over the policy's actions) and manifest."""
     keep = np.flatnonzero(sh.restricted())
+    states = sh.states[keep] if sh.states.shape[0] else np.zeros((0, len(model.variables)), dtype=np.int64)
     cols = np.flatnonzero(to_policy >= 0)
     allowed = np.zeros((keep.size, len(actions)), dtype=bool)
     allowed[:, to_policy[cols]] = sh.allowed[keep][:, cols]
-    table_path = ShieldTable(actions, sh.states[keep], allowed).write(work / f"shield-{r}.parquet", model)
+    table_path = ShieldTable(actions, states, allowed).write(work / f"shield-{r}.parquet", model)
     manifest = write_manifest(work / f"shielded-{r}.json", opts.policy or "uniform", table_path, opts.interface,
                               property=prop, delta=delta)
     return table_path, manifest
