@@ -95,7 +95,7 @@ def _separate(model_path: str | Path, prop: str, opts: VerifyOptions, policy: st
     r = verify(model_path, prop, VerifyOptions.build(opts, policy=policy))
     bounds = r.bounds if isinstance(r.bounds, list) else None  # type: ignore[union-attr]
     return CurvePoint(policy, step, float(r.result), time.perf_counter() - t0, r.states,  # type: ignore[union-attr,arg-type]
-                      r.transitions, False, bounds)  # type: ignore[union-attr]
+                      r.transitions, False, bounds, r.truth)  # type: ignore[union-attr]
 
 
 def plot_curve(report: CurveReport, path: str | Path) -> Path:

@@ -60,6 +60,7 @@ class CurvePoint:
     transitions: int
     shared: bool  # on the shared exploration (False: a separate run)
     bounds: list[float] | None = None
+    truth: bool | None = None  # a threshold property's truth value
 
 
 class SharedModel:
@@ -173,7 +174,7 @@ class SharedModel:
         res = _check(self.parts, induced, o)
         bounds = None if res.bounds is None else [float(x) for x in res.bounds]  # type: ignore[union-attr]
         return CurvePoint(str(spec_policy), step, float(res.value), time.perf_counter() - t0,  # type: ignore[arg-type]
-                          induced.n_states, induced.n_transitions, True, bounds)
+                          induced.n_states, induced.n_transitions, True, bounds, res.truth)
 
 
 def _reachable(offsets: np.ndarray, targets: np.ndarray, initial: np.ndarray, n: int) -> np.ndarray:
