@@ -1,4 +1,4 @@
-"""Command line: ``distmc run MODEL --prop PCTL ...`` (and ``distmc abstract``, ``distmc scale``).
+"""Command line: ``distmc run MODEL --prop PCTL ...`` (and ``distmc abstract``, ``scale``, ``shield``, ``curve``).
 
 Exit codes: 0 success; 1 other distmc error; 2 bad command line; 3 bad model; 4 unsupported model feature;
 5 bad property; 6 bad policy; 7 resource limit reached (a partial report is printed, and written with --json);
