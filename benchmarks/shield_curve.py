@@ -26,7 +26,6 @@ import time
 from importlib import resources
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -50,16 +49,34 @@ def run_shields(out: Path) -> list[dict]:
     rows = []
     for name, file, const, prop, delta, reward in SHIELDS:
         t0 = time.perf_counter()
-        r = shield(ENVS / file, prop, delta, constants=const, policy=str(POLICIES / name / "policy.pt"),
-                   out=out / f"shield-{name}", reward=reward)
+        r = shield(
+            ENVS / file,
+            prop,
+            delta,
+            constants=const,
+            policy=str(POLICIES / name / "policy.pt"),
+            out=out / f"shield-{name}",
+            reward=reward,
+        )
         seconds = time.perf_counter() - t0
         again = verify(ENVS / file, prop, constants=const, policy=r.policy_path)
-        row = {"env": name, "constants": const, "property": prop, "delta": delta, "seconds": seconds,
-               "separate_run": float(again.result), "difference": abs(float(again.result) - r.value_after),
-               **json.loads(r.to_json())}
+        row = {
+            "env": name,
+            "constants": const,
+            "property": prop,
+            "delta": delta,
+            "seconds": seconds,
+            "separate_run": float(again.result),
+            "difference": abs(float(again.result) - r.value_after),
+            **json.loads(r.to_json()),
+        }
         rows.append(row)
-        print(r.summary(), f"\n  separate run of the exported policy: {float(again.result)!r} "
-              f"(|diff| {row['difference']:.1e}); {seconds:.1f} s", flush=True)
+        print(
+            r.summary(),
+            f"\n  separate run of the exported policy: {float(again.result)!r} "
+            f"(|diff| {row['difference']:.1e}); {seconds:.1f} s",
+            flush=True,
+        )
     return rows
 
 
@@ -70,8 +87,16 @@ def train(out: Path, steps: int, every: int) -> tuple[list[str], dict]:
     from distmc.integrations.sb3 import VerifyCallback
 
     env = PrismEnv(GRID, "N=6", reward="steps", reward_scale=-1, done_label=["crash", "goal"], max_steps=60)
-    ppo = PPO("MlpPolicy", env, seed=0, n_steps=1024, batch_size=128, device="cpu", verbose=0,
-              policy_kwargs={"net_arch": [64, 64]})
+    ppo = PPO(
+        "MlpPolicy",
+        env,
+        seed=0,
+        n_steps=1024,
+        batch_size=128,
+        device="cpu",
+        verbose=0,
+        policy_kwargs={"net_arch": [64, 64]},
+    )
     cb = VerifyCallback(GRID, CURVE_PROP, every=every, directory=out / "checkpoints", constants="N=6")
     t0 = time.perf_counter()
     ppo.learn(steps, callback=cb)
@@ -86,22 +111,42 @@ def big_curve(policies: list[str], n: int) -> dict:
     t0 = time.perf_counter()
     full = verify(GRID, CURVE_PROP, constants=const, policy=policies[0])
     full_s = time.perf_counter() - t0
-    print(f"one full run (N={n}, first checkpoint): {full.states} states, {full.transitions} transitions, "
-          f"{full_s:.2f} s, value {float(full.result)!r}", flush=True)
+    print(
+        f"one full run (N={n}, first checkpoint): {full.states} states, {full.transitions} transitions, "
+        f"{full_s:.2f} s, value {float(full.result)!r}",
+        flush=True,
+    )
     t0 = time.perf_counter()
     shared = curve(GRID, CURVE_PROP, policies, constants=const)
     shared_s = time.perf_counter() - t0
-    print(shared.table(), f"\n  {len(policies)} checkpoints shared: {shared_s:.2f} s = {shared_s / full_s:.2f} x one "
-          "full run", flush=True)
+    print(
+        shared.table(),
+        f"\n  {len(policies)} checkpoints shared: {shared_s:.2f} s = {shared_s / full_s:.2f} x one full run",
+        flush=True,
+    )
     checks = []
     for i in (0, len(policies) - 1):
         sep = full if i == 0 else verify(GRID, CURVE_PROP, constants=const, policy=policies[i])
-        checks.append({"policy": policies[i], "separate": float(sep.result), "shared": shared.points[i].value,
-                       "difference": abs(float(sep.result) - shared.points[i].value)})
+        checks.append(
+            {
+                "policy": policies[i],
+                "separate": float(sep.result),
+                "shared": shared.points[i].value,
+                "difference": abs(float(sep.result) - shared.points[i].value),
+            }
+        )
         print(f"  checkpoint {i}: separate {float(sep.result)!r}, shared {shared.points[i].value!r}", flush=True)
-    return {"constants": const, "full_run_s": full_s, "full_states": full.states,
-            "full_transitions": full.transitions, "full_timings": full.timings, "shared_s": shared_s,
-            "ratio": shared_s / full_s, "curve": json.loads(shared.to_json()), "checks": checks}
+    return {
+        "constants": const,
+        "full_run_s": full_s,
+        "full_states": full.states,
+        "full_transitions": full.transitions,
+        "full_timings": full.timings,
+        "shared_s": shared_s,
+        "ratio": shared_s / full_s,
+        "curve": json.loads(shared.to_json()),
+        "checks": checks,
+    }
 
 
 def main() -> None:
@@ -122,8 +167,9 @@ def main() -> None:
         result["shields"] = run_shields(out)
         result_path.write_text(json.dumps(result, indent=2))
     if args.skip_train:
-        policies = sorted((str(p) for p in (out / "checkpoints").glob("step-*.pt2")),
-                          key=lambda s: int(Path(s).stem.split("-")[1]))
+        policies = sorted(
+            (str(p) for p in (out / "checkpoints").glob("step-*.pt2")), key=lambda s: int(Path(s).stem.split("-")[1])
+        )
     else:
         policies, result["training_curve"] = train(out, args.steps, args.every)
         result_path.write_text(json.dumps(result, indent=2))

@@ -38,8 +38,9 @@ def interfaces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = {}
     for name, output in (("logits", "logits"), ("probs", "probabilities")):
         p = d / f"{name}.json"
-        p.write_text('{"features": ["x", "y", "px", "py"], "actions": ["up", "down", "left", "right"], '
-                     f'"output": "{output}"}}')
+        p.write_text(
+            f'{{"features": ["x", "y", "px", "py"], "actions": ["up", "down", "left", "right"], "output": "{output}"}}'
+        )
         out[name] = str(p)
     return out
 
@@ -65,8 +66,23 @@ def test_curve_separate_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
     r = curve(MODEL, 'P=? [F<=12 "crash"]', [POLICY, "uniform"], constants=CONST, separate=True, steps=[5, 9])
     assert r.method == "separate" and [p.step for p in r.points] == [5, 9]
-    code = main(["curve", "example", "--const", CONST, "--prop", 'P=? [F<=12 "crash"]', "--policies", POLICY,
-                 "uniform", "--plot", str(tmp_path / "c.png"), "--json", str(tmp_path / "c.json")])
+    code = main(
+        [
+            "curve",
+            "example",
+            "--const",
+            CONST,
+            "--prop",
+            'P=? [F<=12 "crash"]',
+            "--policies",
+            POLICY,
+            "uniform",
+            "--plot",
+            str(tmp_path / "c.png"),
+            "--json",
+            str(tmp_path / "c.json"),
+        ]
+    )
     assert code == 0 and (tmp_path / "c.png").stat().st_size > 0
     out = capsys.readouterr().out
     assert f"{r.points[0].value:.12g}" in out and f"{r.points[1].value:.12g}" in out
@@ -82,8 +98,9 @@ def test_verify_callback_logs_and_stops(tmp_path: Path) -> None:
     from distmc.integrations.sb3 import VerifyCallback
 
     env = PrismEnv(MODEL, CONST, reward="steps", reward_scale=-1, done_label=["crash", "goal"], max_steps=20)
-    model = PPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu",
-                policy_kwargs={"net_arch": [16]})
+    model = PPO(
+        "MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu", policy_kwargs={"net_arch": [16]}
+    )
     model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
     cb = VerifyCallback(MODEL, 'P=? [F<=12 "crash"]', every=64, directory=tmp_path / "ck", constants=CONST)
     model.learn(192, callback=cb)
@@ -97,9 +114,11 @@ def test_verify_callback_logs_and_stops(tmp_path: Path) -> None:
     logged = [float(r["distmc/value"]) for r in rows if r.get("distmc/value")]
     assert logged and all(any(abs(v - p.value) < 1e-9 for p in cb.curve.points) for v in logged)
     # a threshold property that fails stops training at the first check
-    model2 = PPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu",
-                 policy_kwargs={"net_arch": [16]})
-    stop = VerifyCallback(MODEL, 'P<=0 [F<=12 "crash"]', every=64, directory=tmp_path / "ck2", constants=CONST,
-                          stop_on_fail=True)
+    model2 = PPO(
+        "MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu", policy_kwargs={"net_arch": [16]}
+    )
+    stop = VerifyCallback(
+        MODEL, 'P<=0 [F<=12 "crash"]', every=64, directory=tmp_path / "ck2", constants=CONST, stop_on_fail=True
+    )
     model2.learn(640, callback=stop)
     assert stop.failed and len(stop.curve.points) == 1 and model2.num_timesteps < 640

@@ -99,21 +99,82 @@ def test_shield_refuses_what_it_cannot_lower(tmp_path: Path) -> None:
 def test_cli_shield(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from distmc.cli import main
 
-    code = main(["shield", "example", "--const", CONST, "--policy", "example", "--prop", PROP, "--delta", "0.001",
-                 "--out", str(tmp_path / "s"), "--json", str(tmp_path / "r.json")])
+    code = main(
+        [
+            "shield",
+            "example",
+            "--const",
+            CONST,
+            "--policy",
+            "example",
+            "--prop",
+            PROP,
+            "--delta",
+            "0.001",
+            "--out",
+            str(tmp_path / "s"),
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "with the shield" in out and (tmp_path / "s" / "shielded.json").is_file()
-    assert main(["run", "example", "--const", CONST, "--policy", str(tmp_path / "s" / "shielded.json"), "--prop",
-                 PROP, "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "example",
+                "--const",
+                CONST,
+                "--policy",
+                str(tmp_path / "s" / "shielded.json"),
+                "--prop",
+                PROP,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.slow
 def test_shield_on_ray_workers_with_the_distributed_checker(shielded, local_ray, tmp_path: Path) -> None:
     _, delta, report = shielded
-    ray_report = shield(MODEL, PROP, delta, constants=CONST, policy=POLICY, out=tmp_path, driver="ray", workers=2,
-                        checker="distributed")
+    ray_report = shield(
+        MODEL, PROP, delta, constants=CONST, policy=POLICY, out=tmp_path, driver="ray", workers=2, checker="distributed"
+    )
     assert abs(ray_report.value_after - report.value_after) <= 1e-12
     assert ray_report.shielded_states == report.shielded_states
     again = verify(MODEL, PROP, constants=CONST, policy=ray_report.policy_path)
     assert abs(float(again.result) - ray_report.value_after) <= 1e-12
+
+
+def test_maskable_ppo_trains_under_the_shield(shielded) -> None:
+    sb3c = pytest.importorskip("sb3_contrib")
+    from distmc.gym import PrismEnv
+    from distmc.shield.gym import ShieldedEnv
+
+    _, _, report = shielded
+    env = ShieldedEnv(
+        PrismEnv(
+            MODEL,
+            CONST,
+            reward="steps",
+            reward_scale=-1,
+            done_label=["crash", "goal"],
+            max_steps=20,
+            interface=str(EXAMPLES / "gridworld_policy.json"),
+        ),
+        report.policy_path,
+    )
+    taken: list[tuple[np.ndarray, int]] = []
+    step = env.step
+
+    def spy(action):  # record (allowed mask, action) of every step MaskablePPO takes
+        taken.append((env.action_masks(), int(action)))
+        return step(action)
+
+    env.step = spy  # type: ignore[method-assign]
+    sb3c.MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu").learn(128)
+    assert len(taken) >= 128 and all(mask[a] for mask, a in taken)

@@ -24,8 +24,9 @@ def add_run_options(p: argparse.ArgumentParser, *, policy: bool = True) -> None:
     p.add_argument("--trust-policy", action="store_true", help="as for distmc run")
     p.add_argument("--mode", default="stochastic", choices=["stochastic", "deterministic"])
     p.add_argument("--threshold", type=float, default=0.0, help="as for distmc run")
-    p.add_argument("--checker", default="auto", choices=["auto", "storm", "native", "distributed"],
-                   help="as for distmc run")
+    p.add_argument(
+        "--checker", default="auto", choices=["auto", "storm", "native", "distributed"], help="as for distmc run"
+    )
     p.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     p.add_argument("--debug", action="store_true", help="show tracebacks")

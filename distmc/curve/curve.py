@@ -34,8 +34,12 @@ class CurveReport:
 
     def table(self) -> str:
         head = f"{self.property} on {Path(self.model).name}, {len(self.points)} policies ({self.method}"
-        head += (f": one exploration, {self.mdp_states} states, {self.mdp_transitions} MDP transitions, "
-                 f"{self.explore_s:.2f} s)" if self.method == "shared" else ": a full run each)")
+        head += (
+            f": one exploration, {self.mdp_states} states, {self.mdp_transitions} MDP transitions, "
+            f"{self.explore_s:.2f} s)"
+            if self.method == "shared"
+            else ": a full run each)"
+        )
         lines = [head, f"{'step':>10}  {'value':>16}  {'seconds':>8}  {'states':>9}  policy"]
         for p in self.points:
             lines.append(f"{p.step:>10}  {p.value:>16.12g}  {p.seconds:>8.3f}  {p.states:>9}  {p.policy}")
@@ -43,18 +47,27 @@ class CurveReport:
         return "\n".join(lines)
 
 
-def curve(model_path: str | Path, prop: str, policies: list[str], options: VerifyOptions | None = None, *,
-          steps: list[int] | None = None, separate: bool = False, **kw: Any) -> CurveReport:
+def curve(
+    model_path: str | Path,
+    prop: str,
+    policies: list[str],
+    options: VerifyOptions | None = None,
+    *,
+    steps: list[int] | None = None,
+    separate: bool = False,
+    **kw: Any,
+) -> CurveReport:
     """Verify each policy of ``policies`` (a training run's checkpoints) for ``prop``.
 
     Args:
         model_path: the PRISM mdp.
         prop: one property.
         policies: policy files (any format ``distmc run --policy`` reads), in training order.
-        options: the runs' options (constants, interface, mode, threshold, checker, precision); ``kw`` by name.
+        options: the runs' options (constants, interface, mode, threshold, checker, precision).
         steps: each policy's training step (default: the last number of its file name, else its position).
         separate: one full :func:`~distmc.api.verify` per policy instead of one shared exploration (the
             comparison; also what a model with same-label choices gets, see :mod:`distmc.curve.engine`).
+        kw: changes to ``options`` by name.
 
     Example:
         >>> r = curve("avoid.prism", 'P=? [F<=30 "crash"]', ["ckpt_1000.pt2", "ckpt_2000.pt2"],
@@ -75,15 +88,17 @@ def curve(model_path: str | Path, prop: str, policies: list[str], options: Verif
     if not separate:
         shared = SharedModel(model_path, prop, opts)
         if shared.same_label:
-            report.note = ("a state enables several choices of one action label: each policy is explored again "
-                           "(separate runs)")
+            report.note = (
+                "a state enables several choices of one action label: each policy is explored again (separate runs)"
+            )
             report.method, shared = "separate", None
         else:
             report.explore_s = shared.explore_s
             report.mdp_states, report.mdp_transitions = shared.n_states, shared.mdp.n_transitions
     for policy, step in zip(policies, at, strict=True):
-        report.points.append(shared.check(policy, step) if shared is not None else _separate(model_path, prop, opts,
-                                                                                              policy, step))
+        report.points.append(
+            shared.check(policy, step) if shared is not None else _separate(model_path, prop, opts, policy, step)
+        )
     report.total_s = time.perf_counter() - t0
     return report
 
@@ -94,8 +109,17 @@ def _separate(model_path: str | Path, prop: str, opts: VerifyOptions, policy: st
     t0 = time.perf_counter()
     r = verify(model_path, prop, VerifyOptions.build(opts, policy=policy))
     bounds = r.bounds if isinstance(r.bounds, list) else None  # type: ignore[union-attr]
-    return CurvePoint(policy, step, float(r.result), time.perf_counter() - t0, r.states,  # type: ignore[union-attr,arg-type]
-                      r.transitions, False, bounds, r.truth)  # type: ignore[union-attr]
+    return CurvePoint(
+        policy,
+        step,
+        float(r.result),
+        time.perf_counter() - t0,
+        r.states,  # type: ignore[union-attr,arg-type]
+        r.transitions,
+        False,
+        bounds,
+        r.truth,
+    )  # type: ignore[union-attr]
 
 
 def plot_curve(report: CurveReport, path: str | Path) -> Path:
@@ -113,8 +137,14 @@ def plot_curve(report: CurveReport, path: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
     width = (max(steps) - min(steps)) / max(1, len(steps)) * 0.5 if len(steps) > 1 else 1.0
-    ax2.bar(steps, [p.seconds for p in report.points], width=width, alpha=0.25, color="tab:blue",
-            label="seconds per checkpoint")
+    ax2.bar(
+        steps,
+        [p.seconds for p in report.points],
+        width=width,
+        alpha=0.25,
+        color="tab:blue",
+        label="seconds per checkpoint",
+    )
     ax2.set_ylabel("verification wall-clock per checkpoint (s)")
     ax.set_zorder(ax2.get_zorder() + 1)
     ax.patch.set_visible(False)

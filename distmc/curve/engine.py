@@ -117,8 +117,16 @@ class SharedModel:
         """``[R]`` float64: each MDP row's weight under ``policy`` and the run's mode (self-loops 1)."""
         p = self.parts
         assert p.expander is not None
-        ex = Expander(p.model, p.expander.kernel, p.codec, policy, self.opts.mode, terminal=p.props.terminal_mask,
-                      threshold=self.opts.threshold, resolve=self.opts.resolve)
+        ex = Expander(
+            p.model,
+            p.expander.kernel,
+            p.codec,
+            policy,
+            self.opts.mode,
+            terminal=p.props.terminal_mask,
+            threshold=self.opts.threshold,
+            resolve=self.opts.resolve,
+        )
         has = self.enabled.any(axis=1)
         w = np.zeros(self.enabled.shape)
         w[has] = ex.action_weights(self.states[has], self.enabled[has])
@@ -157,12 +165,23 @@ class SharedModel:
             np.cumsum(counts, out=offsets[1:])
             targets, prob = new_id[targets[sel]], prob[sel]
             labels = {k: v[ids] for k, v in m.labels.items()}
-            row_rew = {k: (None if s is None else s[ids], None if a is None else a[ids]) for k, (s, a) in
-                       row_rew.items()}
+            row_rew = {
+                k: (None if s is None else s[ids], None if a is None else a[ids]) for k, (s, a) in row_rew.items()
+            }
             keys, initial = m.keys[ids], new_id[m.initial]
         k = offsets.shape[0] - 1
-        return InducedModel("dtmc", np.arange(k + 1, dtype=np.int64), offsets, [targets], [prob],
-                            np.full(k, -1, dtype=np.int64), initial, labels, row_rew, keys)
+        return InducedModel(
+            "dtmc",
+            np.arange(k + 1, dtype=np.int64),
+            offsets,
+            [targets],
+            [prob],
+            np.full(k, -1, dtype=np.int64),
+            initial,
+            labels,
+            row_rew,
+            keys,
+        )
 
     def check(self, spec_policy: str, step: int) -> CurvePoint:
         """Load the policy ``spec_policy``, build its DTMC and check the property like ``distmc run`` would."""
@@ -173,8 +192,17 @@ class SharedModel:
         induced = self.induced(w_row)
         res = _check(self.parts, induced, o)
         bounds = None if res.bounds is None else [float(x) for x in res.bounds]  # type: ignore[union-attr]
-        return CurvePoint(str(spec_policy), step, float(res.value), time.perf_counter() - t0,  # type: ignore[arg-type]
-                          induced.n_states, induced.n_transitions, True, bounds, res.truth)
+        return CurvePoint(
+            str(spec_policy),
+            step,
+            float(res.value),
+            time.perf_counter() - t0,  # type: ignore[arg-type]
+            induced.n_states,
+            induced.n_transitions,
+            True,
+            bounds,
+            res.truth,
+        )
 
 
 def _reachable(offsets: np.ndarray, targets: np.ndarray, initial: np.ndarray, n: int) -> np.ndarray:

@@ -46,9 +46,19 @@ class VerifyCallback(BaseCallback):
         >>> PPO("MlpPolicy", env).learn(20_000, callback=cb)  # doctest: +SKIP
     """
 
-    def __init__(self, model_path: str | Path, prop: str, *, env: Any = None, every: int = 10_000,
-                 directory: str | Path = "distmc-checkpoints", stop_on_fail: bool = False,
-                 options: VerifyOptions | None = None, verbose: int = 0, **kw: Any) -> None:
+    def __init__(
+        self,
+        model_path: str | Path,
+        prop: str,
+        *,
+        env: Any = None,
+        every: int = 10_000,
+        directory: str | Path = "distmc-checkpoints",
+        stop_on_fail: bool = False,
+        options: VerifyOptions | None = None,
+        verbose: int = 0,
+        **kw: Any,
+    ) -> None:
         super().__init__(verbose)
         if every < 1:
             raise DistmcError(f"VerifyCallback: every must be at least 1, not {every}")
@@ -66,8 +76,10 @@ class VerifyCallback(BaseCallback):
             return self.env
         envs = getattr(self.training_env, "envs", None)
         if not envs:
-            raise DistmcError("VerifyCallback: give env= (the PrismEnv): the training environment is not a "
-                              "DummyVecEnv whose environments this process holds")
+            raise DistmcError(
+                "VerifyCallback: give env= (the PrismEnv): the training environment is not a "
+                "DummyVecEnv whose environments this process holds"
+            )
         return envs[0].unwrapped
 
     def verify_now(self) -> bool:
@@ -81,8 +93,10 @@ class VerifyCallback(BaseCallback):
         if self.shared is None:
             self.shared = SharedModel(self.model_path, self.prop, self.opts)
             if self.shared.same_label:
-                raise DistmcError(f"{self.model_path}: a state enables several choices of one action label; verify "
-                                  "the exported checkpoints with distmc curve --separate")
+                raise DistmcError(
+                    f"{self.model_path}: a state enables several choices of one action label; verify "
+                    "the exported checkpoints with distmc curve --separate"
+                )
             self.curve.explore_s = self.shared.explore_s
             self.curve.mdp_states, self.curve.mdp_transitions = self.shared.n_states, self.shared.mdp.n_transitions
         point = self.shared.check(str(path), step)

@@ -60,10 +60,9 @@ def find_interface(policy_path: str | Path) -> Path | None:
 
 
 def detect_format(spec: str | None) -> str:
-    """``"uniform"``, ``"callable"``, ``"shielded"``, ``"sb3"``, ``"pt2"``, ``"onnx"``, ``"torchscript"`` or
-    ``"state_dict"``.
+    """The format of ``spec``: ``uniform``, ``callable``, ``shielded``, ``sb3``, ``pt2``, ``onnx``, ``torchscript``...
 
-    Read from the spec and the file's content; nothing is loaded.
+    (or ``state_dict``). Read from the spec and the file's content; nothing is loaded.
     """
     from distmc.policy.callable import CALLABLE_SPEC
     from distmc.policy.exported import is_pt2

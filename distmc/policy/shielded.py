@@ -33,8 +33,15 @@ from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 from distmc.policy.base import Policy
 
-__all__ = ["SHIELD_FORMAT", "KeyIndex", "ShieldTable", "ShieldedPolicy", "is_shielded", "read_manifest",
-           "write_manifest"]
+__all__ = [
+    "SHIELD_FORMAT",
+    "KeyIndex",
+    "ShieldTable",
+    "ShieldedPolicy",
+    "is_shielded",
+    "read_manifest",
+    "write_manifest",
+]
 
 #: The manifest's ``format`` field.
 SHIELD_FORMAT = "distmc-shielded-policy"
@@ -51,8 +58,9 @@ def is_shielded(path: Path) -> bool:
     return isinstance(data, dict) and data.get("format") == SHIELD_FORMAT
 
 
-def write_manifest(path: str | Path, policy: str, shield: str | Path, interface: str | Path | None = None,
-                   **about: Any) -> Path:
+def write_manifest(
+    path: str | Path, policy: str, shield: str | Path, interface: str | Path | None = None, **about: Any
+) -> Path:
     """Write a shielded-policy manifest at ``path`` (paths inside it relative to its folder where they can be).
 
     Args:
@@ -76,8 +84,14 @@ def write_manifest(path: str | Path, policy: str, shield: str | Path, interface:
         except ValueError:
             return str(q.resolve())
 
-    data = {"format": SHIELD_FORMAT, "version": 1, "policy": rel(policy), "interface": rel(interface),
-            "shield": rel(shield), **about}
+    data = {
+        "format": SHIELD_FORMAT,
+        "version": 1,
+        "policy": rel(policy),
+        "interface": rel(interface),
+        "shield": rel(shield),
+        **about,
+    }
     p.write_text(json.dumps(data, indent=2) + "\n")
     return p
 
@@ -141,19 +155,30 @@ class ShieldTable:
             raise PolicyError(f"{path}: cannot read the shield table ({exc})") from None
         missing = [v.name for v in model.variables if v.name not in table.column_names]
         if missing or "allowed" not in table.column_names:
-            raise PolicyError(f"{path}: the shield table lacks column(s) {missing + (['allowed'] if 'allowed' not in table.column_names else [])}"
-                              f" of model {model.path}")
-        states = np.stack([np.asarray(table.column(v.name).to_numpy(zero_copy_only=False), dtype=np.int64)
-                           for v in model.variables], axis=1) if table.num_rows else np.zeros((0, len(model.variables)),
-                                                                                                   dtype=np.int64)
+            raise PolicyError(
+                f"{path}: the shield table lacks column(s) {missing + (['allowed'] if 'allowed' not in table.column_names else [])}"
+                f" of model {model.path}"
+            )
+        states = (
+            np.stack(
+                [
+                    np.asarray(table.column(v.name).to_numpy(zero_copy_only=False), dtype=np.int64)
+                    for v in model.variables
+                ],
+                axis=1,
+            )
+            if table.num_rows
+            else np.zeros((0, len(model.variables)), dtype=np.int64)
+        )
         col = table.column("allowed").combine_chunks()
         flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
         lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
         index = {a: i for i, a in enumerate(actions)}
         unknown = sorted(set(flat.tolist()) - set(index))
         if unknown:
-            raise PolicyError(f"{path}: the shield allows action(s) {unknown}, which the policy's actions {actions} "
-                              "do not contain")
+            raise PolicyError(
+                f"{path}: the shield allows action(s) {unknown}, which the policy's actions {actions} do not contain"
+            )
         allowed = np.zeros((table.num_rows, len(actions)), dtype=bool)
         allowed[np.repeat(np.arange(table.num_rows), lengths), [index[a] for a in flat.tolist()]] = True
         return cls(list(actions), states, allowed)

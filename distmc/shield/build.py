@@ -83,8 +83,11 @@ class ShieldReport:
         return json.dumps(asdict(self), indent=2)
 
     def summary(self) -> str:
-        verdict = (f"<= delta {self.delta:g}" if self.met
-                   else f"> delta {self.delta:g}: the smallest value the shield reached (nothing more to remove)")
+        verdict = (
+            f"<= delta {self.delta:g}"
+            if self.met
+            else f"> delta {self.delta:g}: the smallest value the shield reached (nothing more to remove)"
+        )
         lines = [
             f"{self.property}: {self.value_before:.12g} without the shield, {self.value_after:.12g} with it ({verdict})",
             f"  explored states: {self.states_before} without, {self.states_after} with the shield; the shield "
@@ -93,16 +96,21 @@ class ShieldReport:
             f"({self.mass_removed_mean:.4g} per state on average)",
         ]
         if self.reward is not None:
-            lines.append(f"  {self.reward}: {self.reward_before:.10g} without, {self.reward_after:.10g} with the "
-                         "shield")
+            lines.append(
+                f"  {self.reward}: {self.reward_before:.10g} without, {self.reward_after:.10g} with the shield"
+            )
         lines.append("  rounds: " + "; ".join(f"budget {r['budget']:.3g} -> {r['value']:.10g}" for r in self.rounds))
         if self.top_states:
             lines.append("  where the shield acts most (policy mass removed):")
             for t in self.top_states:
-                lines.append(f"    {t['state']}: removes {', '.join(t['removed'])} ({t['mass']:.4f} of pi), keeps "
-                             f"{', '.join(t['allowed'])}; value there {t['value']:.6g}")
-        lines.append(f"  shield table: {self.shield_path}; shielded policy: {self.policy_path} "
-                     f"(distmc run --policy {self.policy_path})")
+                lines.append(
+                    f"    {t['state']}: removes {', '.join(t['removed'])} ({t['mass']:.4f} of pi), keeps "
+                    f"{', '.join(t['allowed'])}; value there {t['value']:.6g}"
+                )
+        lines.append(
+            f"  shield table: {self.shield_path}; shielded policy: {self.policy_path} "
+            f"(distmc run --policy {self.policy_path})"
+        )
         return "\n".join(lines)
 
 
@@ -114,8 +122,10 @@ def _step_bound(text: str) -> int | None:
 def _reward_property(reward: str, steps: int | None, prop: str) -> str:
     k = steps if steps is not None else _step_bound(prop)
     if k is None:
-        raise DistmcError(f"--reward {reward}: the property '{prop}' has no step bound; give --reward-steps K for "
-                          f"R{{\"{reward}\"}}=? [C<=K]")
+        raise DistmcError(
+            f"--reward {reward}: the property '{prop}' has no step bound; give --reward-steps K for "
+            f'R{{"{reward}"}}=? [C<=K]'
+        )
     return f'R{{"{reward}"}}=? [C<={k}]'
 
 
@@ -131,8 +141,13 @@ class _Values:
     def read(cls, path: str | Path, parts: Parts) -> _Values:
         table = read_values(path)
         names = table.column_names
-        states = np.stack([np.asarray(table.column(v.name).to_numpy(zero_copy_only=False), dtype=np.int64)
-                           for v in parts.model.variables], axis=1)
+        states = np.stack(
+            [
+                np.asarray(table.column(v.name).to_numpy(zero_copy_only=False), dtype=np.int64)
+                for v in parts.model.variables
+            ],
+            axis=1,
+        )
         col = "value" if "value" in names else "value_max"  # an induced MDP: the worst case
         value = np.asarray(table.column(col).to_numpy(zero_copy_only=False), dtype=np.float64)
         return cls(states, value, KeyIndex(parts.codec.pack(states)))
@@ -177,9 +192,18 @@ def _restrict(risk: np.ndarray, allowed: np.ndarray, budget: float) -> np.ndarra
     return keep
 
 
-def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptions | None = None, *,
-           out: str | Path = "shield", reward: str | None = None, reward_steps: int | None = None,
-           max_rounds: int = 8, **kw: Any) -> ShieldReport:
+def shield(
+    model_path: str | Path,
+    prop: str,
+    delta: float,
+    options: VerifyOptions | None = None,
+    *,
+    out: str | Path = "shield",
+    reward: str | None = None,
+    reward_steps: int | None = None,
+    max_rounds: int = 8,
+    **kw: Any,
+) -> ShieldReport:
     """Compute, refine and verify a shield that brings ``prop`` (a risk: lower is safer) to at most ``delta``.
 
     Args:
@@ -187,11 +211,13 @@ def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptio
         prop: ``P=? [F "crash"]``-like: the probability to keep low (step-bounded or not).
         delta: the value the shielded policy must verify to.
         options: the runs' :class:`~distmc.options.VerifyOptions` (policy, constants, mode, driver, workers,
-            checker...); ``kw`` changes them by name.
+            checker...).
         out: the folder for ``shield.parquet``, ``shielded.json`` (the shielded policy) and the rounds' files.
         reward: a reward structure whose expected total over the property's step bound (or ``reward_steps``) is
             reported before and after (what safety costs).
+        reward_steps: K of ``R{"reward"}=? [C<=K]`` (default: the property's step bound).
         max_rounds: the most verifications of a shielded policy.
+        kw: changes to ``options`` by name.
 
     Example:
         >>> r = shield("avoid.prism", 'P=? [F<=30 "crash"]', 0.05, constants="N=5,slickness=0.1",
@@ -208,8 +234,17 @@ def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptio
         raise DistmcError(f"--delta must be a probability in [0, 1], not {delta}")
     if max_rounds < 1:
         raise DistmcError(f"--max-rounds must be at least 1, not {max_rounds}")
-    parts = Job(str(model_path), prop, opts.constants, opts.policy, opts.interface, opts.mode, opts.threshold,
-                opts.resolve, opts.trust_policy).build()
+    parts = Job(
+        str(model_path),
+        prop,
+        opts.constants,
+        opts.policy,
+        opts.interface,
+        opts.mode,
+        opts.threshold,
+        opts.resolve,
+        opts.trust_policy,
+    ).build()
     spec = parts.spec
     if len(parts.props.specs) != 1 or spec.is_reward or spec.operator != "P":
         raise PropertyError(f"distmc shield lowers one probability, P=? [...]: not '{prop}'")
@@ -224,12 +259,16 @@ def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptio
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    run_opts = VerifyOptions.build(opts, keep_model=False, export_path=None, traces=0, plot=None, plot_vars=None,
-                                   props=())
+    run_opts = VerifyOptions.build(
+        opts, keep_model=False, export_path=None, traces=0, plot=None, plot_vars=None, props=()
+    )
 
     def run(policy: str, values: Path | None, text: str = prop) -> Any:
-        return verify(model_path, text, VerifyOptions.build(run_opts, policy=policy,
-                                                            values=None if values is None else str(values)))
+        return verify(
+            model_path,
+            text,
+            VerifyOptions.build(run_opts, policy=policy, values=None if values is None else str(values)),
+        )
 
     before = run(opts.policy or "uniform", work / "values-0.parquet")
     vals = _Values.read(work / "values-0.parquet", parts)
@@ -256,8 +295,16 @@ def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptio
         _, manifest = _write_round(work, r, sh, model, to_policy, policy_actions, opts, prop, delta)
         rep = run(str(manifest), work / f"values-{r}.parquet")
         value = float(rep.result)
-        rounds.append({"round": r, "budget": budget, "value": value, "states": rep.states,
-                       "shielded_states": int(sh.restricted().sum()), "seconds": rep.timings.get("total_s", 0.0)})
+        rounds.append(
+            {
+                "round": r,
+                "budget": budget,
+                "value": value,
+                "states": rep.states,
+                "shielded_states": int(sh.restricted().sum()),
+                "seconds": rep.timings.get("total_s", 0.0),
+            }
+        )
         log.info("shield round %d: budget %.3g, value %.12g, %d states", r, budget, value, rep.states)
         if value < best[0]:
             best = (value, r, rep)
@@ -272,13 +319,23 @@ def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptio
         value_after = float(after.result)
     shield_path, policy_path = outdir / "shield.parquet", outdir / "shielded.json"
     shutil.copyfile(work / f"shield-{r_best}.parquet", shield_path)
-    write_manifest(policy_path, opts.policy or "uniform", shield_path, opts.interface, model=str(model_path),
-                   constants=opts.constants, property=prop, delta=delta, value=value_after)
+    write_manifest(
+        policy_path,
+        opts.policy or "uniform",
+        shield_path,
+        opts.interface,
+        model=str(model_path),
+        constants=opts.constants,
+        property=prop,
+        delta=delta,
+        value=value_after,
+    )
     final = ShieldTable.read(shield_path, model, policy_actions)
 
     # what the shield changes, measured on the unshielded run's states
-    ar0 = action_risks(model, kernel, codec, parts.props.terminal_mask, base_states, KeyIndex(codec.pack(base_states)),
-                       base_value)
+    ar0 = action_risks(
+        model, kernel, codec, parts.props.terminal_mask, base_states, KeyIndex(codec.pack(base_states)), base_value
+    )
     enabled = ar0.enabled
     has = enabled.any(axis=1)
     pi = np.zeros(enabled.shape)
@@ -295,24 +352,53 @@ def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptio
         reward_before = float(run(opts.policy or "uniform", None, reward_text).result)
         reward_after = float(run(str(policy_path), None, reward_text).result)
     top = np.argsort(-removed, kind="stable")[:TOP]
-    top_states = [{"state": model.describe_state(base_states[i]), "mass": float(removed[i]),
-                   "value": float(base_value[i]),
-                   "removed": [model.actions[a] for a in np.flatnonzero(enabled[i] & ~allowed_model[i])],
-                   "allowed": [model.actions[a] for a in np.flatnonzero(enabled[i] & allowed_model[i])]}
-                  for i in top if removed[i] > 0]
+    top_states = [
+        {
+            "state": model.describe_state(base_states[i]),
+            "mass": float(removed[i]),
+            "value": float(base_value[i]),
+            "removed": [model.actions[a] for a in np.flatnonzero(enabled[i] & ~allowed_model[i])],
+            "allowed": [model.actions[a] for a in np.flatnonzero(enabled[i] & allowed_model[i])],
+        }
+        for i in top
+        if removed[i] > 0
+    ]
     report = ShieldReport(
-        property=prop, delta=float(delta), value_before=float(before.result), value_after=value_after,
-        met=value_after <= delta, states_before=before.states, states_after=after.states,
-        shielded_states=int(final.states.shape[0]), changed_states=int((removed > 0).sum()),
-        mass_removed=float(removed.sum()), mass_removed_mean=float(removed.sum() / max(1, base_states.shape[0])),
-        rounds=rounds, reward=reward_text, reward_before=reward_before, reward_after=reward_after,
-        top_states=top_states, shield_path=str(shield_path), policy_path=str(policy_path), unknown_branches=unknown)
+        property=prop,
+        delta=float(delta),
+        value_before=float(before.result),
+        value_after=value_after,
+        met=value_after <= delta,
+        states_before=before.states,
+        states_after=after.states,
+        shielded_states=int(final.states.shape[0]),
+        changed_states=int((removed > 0).sum()),
+        mass_removed=float(removed.sum()),
+        mass_removed_mean=float(removed.sum() / max(1, base_states.shape[0])),
+        rounds=rounds,
+        reward=reward_text,
+        reward_before=reward_before,
+        reward_after=reward_after,
+        top_states=top_states,
+        shield_path=str(shield_path),
+        policy_path=str(policy_path),
+        unknown_branches=unknown,
+    )
     (outdir / "report.json").write_text(report.to_json())
     return report
 
 
-def _write_round(work: Path, r: int, sh: _Shield, model: Any, to_policy: np.ndarray, actions: list[str],
-                 opts: VerifyOptions, prop: str, delta: float) -> tuple[Path, Path]:
+def _write_round(
+    work: Path,
+    r: int,
+    sh: _Shield,
+    model: Any,
+    to_policy: np.ndarray,
+    actions: list[str],
+    opts: VerifyOptions,
+    prop: str,
+    delta: float,
+) -> tuple[Path, Path]:
     """Round ``r``'s shield table (the restricted states, allowed sets over the policy's actions) and manifest."""
     keep = np.flatnonzero(sh.restricted())
     states = sh.states[keep] if sh.states.shape[0] else np.zeros((0, len(model.variables)), dtype=np.int64)
@@ -320,6 +406,7 @@ def _write_round(work: Path, r: int, sh: _Shield, model: Any, to_policy: np.ndar
     allowed = np.zeros((keep.size, len(actions)), dtype=bool)
     allowed[:, to_policy[cols]] = sh.allowed[keep][:, cols]
     table_path = ShieldTable(actions, states, allowed).write(work / f"shield-{r}.parquet", model)
-    manifest = write_manifest(work / f"shielded-{r}.json", opts.policy or "uniform", table_path, opts.interface,
-                              property=prop, delta=delta)
+    manifest = write_manifest(
+        work / f"shielded-{r}.json", opts.policy or "uniform", table_path, opts.interface, property=prop, delta=delta
+    )
     return table_path, manifest

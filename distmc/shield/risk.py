@@ -49,8 +49,15 @@ class ActionRisk:
     unknown: int
 
 
-def action_risks(model: Model, kernel: Kernel, codec: StateCodec, terminal: object, states: np.ndarray,
-                 known: KeyIndex, values: np.ndarray) -> ActionRisk:
+def action_risks(
+    model: Model,
+    kernel: Kernel,
+    codec: StateCodec,
+    terminal: object,
+    states: np.ndarray,
+    known: KeyIndex,
+    values: np.ndarray,
+) -> ActionRisk:
     """The risk of every enabled action of ``states`` ``[N, V]`` given the values ``[K]`` of ``known`` keys.
 
     ``terminal``: the property's ``f(states) -> [B] bool`` of states not expanded. Several choices with the same
