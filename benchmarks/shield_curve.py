@@ -9,9 +9,9 @@ Usage (from the repository root; about 15-25 minutes on 2 cores)::
    exported shielded policy is verified again by a separate ``verify`` (the value must agree to 1e-12).
 2. PPO (seed 0) trained on the bundled gridworld (N=6) with :class:`distmc.integrations.sb3.VerifyCallback` every
    2,048 steps: 12 checkpoints, each verified during training; the picture ``benchmarks/curve_gridworld.png``.
-3. The same 12 checkpoints on gridworld N=``--big`` (32: 1,048,576 states): ``distmc.curve.curve`` (one shared
-   exploration) against one full ``verify`` of the first checkpoint, measured side by side in this process, and
-   two checkpoints' separate runs to check the values (1e-12).
+3. The same 12 checkpoints on gridworld N=``--big`` (32: 1,048,576 states): a separate ``verify`` of each, then
+   ``distmc.curve.curve`` (one shared exploration), side by side in this process, with ``--checker`` (default
+   native) on both sides; the values must agree to 1e-12.
 
 Writes ``benchmarks/shield_curve.json`` and prints the tables for RESULTS.md.
 """
@@ -106,46 +106,52 @@ def train(out: Path, steps: int, every: int) -> tuple[list[str], dict]:
     return [p.policy for p in report.points], json.loads(report.to_json())
 
 
-def big_curve(policies: list[str], n: int) -> dict:
+def big_curve(policies: list[str], n: int, checker: str) -> dict:
+    """Every checkpoint by a separate run and all of them on one shared exploration, side by side."""
     const = f"N={n}"
-    t0 = time.perf_counter()
-    full = verify(GRID, CURVE_PROP, constants=const, policy=policies[0])
-    full_s = time.perf_counter() - t0
-    print(
-        f"one full run (N={n}, first checkpoint): {full.states} states, {full.transitions} transitions, "
-        f"{full_s:.2f} s, value {float(full.result)!r}",
-        flush=True,
-    )
-    t0 = time.perf_counter()
-    shared = curve(GRID, CURVE_PROP, policies, constants=const)
-    shared_s = time.perf_counter() - t0
-    print(
-        shared.table(),
-        f"\n  {len(policies)} checkpoints shared: {shared_s:.2f} s = {shared_s / full_s:.2f} x one full run",
-        flush=True,
-    )
-    checks = []
-    for i in (0, len(policies) - 1):
-        sep = full if i == 0 else verify(GRID, CURVE_PROP, constants=const, policy=policies[i])
-        checks.append(
+    verify(GRID, CURVE_PROP, constants="N=4", policy=policies[0], checker=checker)  # imports and compilation
+    separate = []
+    for policy in policies:
+        t0 = time.perf_counter()
+        r = verify(GRID, CURVE_PROP, constants=const, policy=policy, checker=checker)
+        separate.append(
             {
-                "policy": policies[i],
-                "separate": float(sep.result),
-                "shared": shared.points[i].value,
-                "difference": abs(float(sep.result) - shared.points[i].value),
+                "policy": policy,
+                "value": float(r.result),
+                "seconds": time.perf_counter() - t0,
+                "states": r.states,
+                "transitions": r.transitions,
+                "timings": r.timings,
             }
         )
-        print(f"  checkpoint {i}: separate {float(sep.result)!r}, shared {shared.points[i].value!r}", flush=True)
+        print(
+            f"separate run: {r.states} states, {r.transitions} transitions, {separate[-1]['seconds']:.2f} s "
+            f"{r.timings}",
+            flush=True,
+        )
+    t0 = time.perf_counter()
+    shared = curve(GRID, CURVE_PROP, policies, constants=const, checker=checker)
+    shared_s = time.perf_counter() - t0
+    full_s = separate[0]["seconds"]
+    sep_s = sum(x["seconds"] for x in separate)
+    diff = max(abs(x["value"] - p.value) for x, p in zip(separate, shared.points, strict=True))
+    print(shared.table(), flush=True)
+    print(
+        f"  {len(policies)} checkpoints shared: {shared_s:.2f} s = {shared_s / full_s:.2f} x one full run "
+        f"({full_s:.2f} s); separate runs {sep_s:.2f} s; largest |shared - separate| {diff:.1e}",
+        flush=True,
+    )
     return {
         "constants": const,
+        "checker": checker,
         "full_run_s": full_s,
-        "full_states": full.states,
-        "full_transitions": full.transitions,
-        "full_timings": full.timings,
+        "separate_s": sep_s,
+        "separate": separate,
         "shared_s": shared_s,
-        "ratio": shared_s / full_s,
+        "ratio_to_one_run": shared_s / full_s,
+        "ratio_to_separate": shared_s / sep_s,
+        "max_difference": diff,
         "curve": json.loads(shared.to_json()),
-        "checks": checks,
     }
 
 
@@ -157,6 +163,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12 * 2048)
     ap.add_argument("--every", type=int, default=2048)
     ap.add_argument("--out", default="/tmp/distmc-shield-curve")
+    ap.add_argument("--checker", default="native", help="checker of the timing comparison (both sides)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -173,7 +180,7 @@ def main() -> None:
     else:
         policies, result["training_curve"] = train(out, args.steps, args.every)
         result_path.write_text(json.dumps(result, indent=2))
-    result["big_curve"] = big_curve(policies, args.big)
+    result[f"big_curve_{args.checker}"] = big_curve(policies, args.big, args.checker)
     result_path.write_text(json.dumps(result, indent=2))
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numba as nb
 import numpy as np
 
 from distmc.assemble.reducer import InducedModel, assemble
@@ -100,13 +101,9 @@ class SharedModel:
         self.states = parts.codec.unpack(mdp.keys)
         self.enabled = np.zeros((n, len(parts.model.actions)), dtype=bool)
         self.enabled[self.row_state[acted], mdp.row_action[acted]] = True
-        targets = mdp.targets
         self.prob = mdp.prob
         self.branch_row = np.repeat(np.arange(mdp.n_rows, dtype=np.int64), np.diff(mdp.row_offsets))
-        key = self.row_state[self.branch_row] * n + targets
-        uniq, self.dest = np.unique(key, return_inverse=True)
-        self.d_targets = uniq % n
-        self.d_offsets = np.searchsorted(uniq // n, np.arange(n + 1, dtype=np.int64)).astype(np.int64)
+        self.d_offsets, self.d_targets, self.dest = _fuse(mdp.row_groups, mdp.row_offsets, mdp.targets)
         self.explore_s = time.perf_counter() - t0
 
     @property
@@ -146,7 +143,8 @@ class SharedModel:
             offsets = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             targets, prob = targets[keep_t], prob[keep_t]
-        reach = _reachable(offsets, targets, m.initial, n)
+        # every row kept (a softmax policy): the MDP's states, all reachable; else search from the initial states
+        reach = np.ones(n, dtype=bool) if (w_row > 0).all() else _reachable(offsets, targets, m.initial, n)
         row_rew = {}
         for name, (state_r, action_r) in m.rewards.items():
             a = None if action_r is None else np.bincount(self.row_state, weights=action_r * w_row, minlength=n)
@@ -203,6 +201,44 @@ class SharedModel:
             bounds,
             res.truth,
         )
+
+
+@nb.njit(cache=True, nogil=True)
+def _fuse(row_groups, row_offsets, targets):  # pragma: no cover - compiled
+    """The fused rows' CSR (``[N + 1]``, ``[T_d]``, targets sorted within a row) and each branch's position ``[T]``.
+
+    A state's branches (its rows' targets, each row sorted and unique) are sorted by target in a small buffer
+    (insertion sort: a state has a few dozen at most), equal targets share one position.
+    """
+    n = row_groups.shape[0] - 1
+    d_offsets = np.zeros(n + 1, np.int64)
+    d_targets = np.empty(targets.shape[0], np.int64)
+    dest = np.empty(targets.shape[0], np.int64)
+    buf_t = np.empty(64, np.int64)
+    buf_i = np.empty(64, np.int64)
+    out = 0
+    for s in range(n):
+        lo, hi = row_offsets[row_groups[s]], row_offsets[row_groups[s + 1]]
+        k = hi - lo
+        if k > buf_t.shape[0]:
+            buf_t = np.empty(2 * k, np.int64)
+            buf_i = np.empty(2 * k, np.int64)
+        for j in range(k):
+            t, i = targets[lo + j], lo + j
+            m = j
+            while m > 0 and buf_t[m - 1] > t:
+                buf_t[m] = buf_t[m - 1]
+                buf_i[m] = buf_i[m - 1]
+                m -= 1
+            buf_t[m] = t
+            buf_i[m] = i
+        for j in range(k):
+            if j == 0 or buf_t[j] != buf_t[j - 1]:
+                d_targets[out] = buf_t[j]
+                out += 1
+            dest[buf_i[j]] = out - 1
+        d_offsets[s + 1] = out
+    return d_offsets, d_targets[:out].copy(), dest
 
 
 def _reachable(offsets: np.ndarray, targets: np.ndarray, initial: np.ndarray, n: int) -> np.ndarray:
