@@ -104,22 +104,15 @@ def curve(
 
 
 def _separate(model_path: str | Path, prop: str, opts: VerifyOptions, policy: str, step: int) -> CurvePoint:
-    from distmc.api import verify
+    from distmc.api import Report, verify
 
     t0 = time.perf_counter()
     r = verify(model_path, prop, VerifyOptions.build(opts, policy=policy))
-    bounds = r.bounds if isinstance(r.bounds, list) else None  # type: ignore[union-attr]
+    assert isinstance(r, Report) and not isinstance(r.result, dict)
+    bounds = r.bounds if isinstance(r.bounds, list) else None
     return CurvePoint(
-        policy,
-        step,
-        float(r.result),
-        time.perf_counter() - t0,
-        r.states,  # type: ignore[union-attr,arg-type]
-        r.transitions,
-        False,
-        bounds,
-        r.truth,
-    )  # type: ignore[union-attr]
+        policy, step, float(r.result), time.perf_counter() - t0, r.states, r.transitions, False, bounds, r.truth
+    )
 
 
 def plot_curve(report: CurveReport, path: str | Path) -> Path:

@@ -189,12 +189,15 @@ class SharedModel:
         w_row = self.weights(policy)
         induced = self.induced(w_row)
         res = _check(self.parts, induced, o)
-        bounds = None if res.bounds is None else [float(x) for x in res.bounds]  # type: ignore[union-attr]
+        bounds = [float(x) for x in res.bounds] if isinstance(res.bounds, tuple) else None
+        if isinstance(res.value, dict):
+            raise DistmcError(f"{self.prop}: a policy's DTMC has one value, not min and max")
+        value = float(res.value)
         return CurvePoint(
             str(spec_policy),
             step,
-            float(res.value),
-            time.perf_counter() - t0,  # type: ignore[arg-type]
+            value,
+            time.perf_counter() - t0,
             induced.n_states,
             induced.n_transitions,
             True,

@@ -196,8 +196,8 @@ class ShieldTable:
         np.cumsum(self.allowed.sum(axis=1), out=offsets[1:])
         flat = names[np.nonzero(self.allowed)[1]]
         cols["allowed"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.tolist(), type=pa.string()))
-        for k, v in (extra or {}).items():
-            cols[k] = pa.array(v)
+        for k, column in (extra or {}).items():
+            cols[k] = pa.array(column)
         p = Path(path)
         pq.write_table(pa.table(cols), p)
         return p

@@ -251,6 +251,7 @@ def shield(
     if parts.expander is None or parts.expander.policy is None:
         raise DistmcError(f"{model_path} has no choices for a policy to make (a dtmc): nothing to shield")
     expander = parts.expander
+    assert expander.policy is not None
     model, codec, kernel = parts.model, parts.codec, expander.kernel
     to_policy = expander.model_to_policy
     policy_actions = list(expander.policy.actions)
