@@ -1,8 +1,10 @@
 """Verify many policies of one model and property (a training run's checkpoints) on one exploration.
 
 Every policy's induced DTMC is a reweighting of one MDP: the states reachable under *some* policy, with one row per
-enabled action (distmc's monolithic exploration). :class:`SharedModel` explores that MDP once and keeps, per
-transition, where it lands in the fused row of its state; a policy then costs its forward pass over the states,
+enabled action. :class:`SharedModel` builds that MDP once (the states by the explorer's fast fused path under the
+uniform policy, which keeps every action; then one compiled kernel pass over them for the rows of each action, the
+successors numbered by a sorted-key look-up) and keeps, per transition, where it lands in the fused row of its
+state; a policy then costs its forward pass over the states,
 one ``bincount`` that adds ``pi(a|s) P(s,a,s')`` into the fused rows, and the check. When a policy keeps every
 action with probability > 0 (a softmax: every checkpoint of a PPO run), its reachable set is the MDP's, and its
 DTMC is the reweighted one as it is. When it drops actions (deterministic mode, a threshold, exact zeros), its
@@ -28,19 +30,24 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from distmc.assemble.reducer import InducedModel, assemble
+from distmc.assemble.reducer import InducedModel, label_states
 from distmc.assemble.storm import to_storm
 from distmc.check.dispatch import check_properties
 from distmc.check.result import CheckResult, Precision
 from distmc.errors import DistmcError
-from distmc.explore.expander import Expander
+from distmc.explore.expander import Expander, gather_rows
 from distmc.explore.limits import Limits, parse_duration, parse_memory
 from distmc.explore.local import explore_local
 from distmc.options import VerifyOptions
 from distmc.pipeline import Job, Parts
 from distmc.policy import load_policy
+from distmc.policy.shielded import KeyIndex
 
 __all__ = ["CurvePoint", "SharedModel", "checkpoint_step"]
+
+
+#: States expanded at a time when the per-action rows are built.
+ROWS_BATCH = 1 << 16
 
 
 def checkpoint_step(path: str | Path, default: int) -> int:
@@ -82,7 +89,9 @@ class SharedModel:
         t0 = time.perf_counter()
         self.opts = opts
         self.prop = prop
-        job = Job(str(model_path), prop, opts.constants, None, None, "monolithic", 0.0, opts.resolve)
+        # the states: those the uniform policy reaches (every enabled action kept: the MDP's reachable states),
+        # explored on the explorer's fast path, which fuses each state's actions into one row
+        job = Job(str(model_path), prop, opts.constants, "uniform", None, "stochastic", 0.0, opts.resolve)
         self.parts: Parts = job.build()
         parts = self.parts
         if parts.model.model_type != "mdp":
@@ -91,20 +100,92 @@ class SharedModel:
         limits = Limits(opts.max_states, parse_memory(opts.max_memory), parse_duration(opts.timeout))
         explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states), limits=limits)
         self.depth = int(explored.stats.get("depth", 0))
-        mdp = assemble(explored, parts.model, parts.codec, parts.props.atoms, parts.reward_names, force_mdp=True)
+        keys, initial, loop, deadlock = explored.keys, explored.initial, explored.loop, explored.deadlock
+        del explored
+        # then one row per enabled action of every state, its successors numbered by the explored states
+        mdp = self._action_rows(keys, initial, loop, deadlock)
         self.mdp = mdp
         n = mdp.n_states
         self.row_state = np.repeat(np.arange(n, dtype=np.int64), np.diff(mdp.row_groups))
         acted = mdp.row_action >= 0
-        pair = self.row_state[acted] * (len(parts.model.actions) + 1) + mdp.row_action[acted]
-        self.same_label = bool(np.unique(pair).shape[0] != pair.shape[0])
         self.states = parts.codec.unpack(mdp.keys)
         self.enabled = np.zeros((n, len(parts.model.actions)), dtype=bool)
         self.enabled[self.row_state[acted], mdp.row_action[acted]] = True
+        # several rows of one action in a state: same-label choices, which a policy does not resolve
+        self.same_label = bool((np.bincount(self.row_state[acted], minlength=n) > self.enabled.sum(axis=1)).any())
         self.prob = mdp.prob
         self.branch_row = np.repeat(np.arange(mdp.n_rows, dtype=np.int64), np.diff(mdp.row_offsets))
         self.d_offsets, self.d_targets, self.dest = _fuse(mdp.row_groups, mdp.row_offsets, mdp.targets)
         self.explore_s = time.perf_counter() - t0
+
+    def _action_rows(
+        self, keys: np.ndarray, initial: np.ndarray, loop: np.ndarray, deadlock: np.ndarray
+    ) -> InducedModel:
+        """The MDP over ``keys`` ``[N]``: a row per enabled action (kernel order), a self-loop per ``loop`` state."""
+        parts = self.parts
+        assert parts.expander is not None
+        kernel, codec, model = parts.expander.kernel, parts.codec, parts.model
+        index = KeyIndex(keys)
+        rewards = [model.reward(r) for r in parts.reward_names]
+        st, act, cnt, tg, pr = [], [], [], [], []
+        rew: dict[str, list[np.ndarray]] = {r.name: [] for r in rewards}
+        for lo in range(0, keys.shape[0], ROWS_BATCH):
+            k = keys[lo : lo + ROWS_BATCH]
+            states = codec.unpack(k)
+            active = np.flatnonzero(~loop[lo : lo + ROWS_BATCH])
+            exp = kernel.expand(states[active], k[active])
+            c_state = active[exp.choice_state]
+            ids = index.find(exp.succ_keys)
+            if (ids < 0).any():
+                raise AssertionError("a successor outside the explored states")
+            loops = np.flatnonzero(loop[lo : lo + ROWS_BATCH])
+            row_state = np.concatenate([c_state, loops])
+            counts = np.concatenate([np.diff(exp.branch_offsets), np.ones(loops.size, dtype=np.int64)])
+            offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            targets = np.concatenate([ids, lo + loops])
+            prob = np.concatenate([exp.prob, np.ones(loops.size)])
+            order = np.argsort(row_state, kind="stable")
+            gather, offsets = gather_rows(order, offsets)
+            st.append(lo + row_state[order])
+            act.append(np.concatenate([exp.choice_action, np.full(loops.size, -1, dtype=np.int64)])[order])
+            cnt.append(np.diff(offsets))
+            tg.append(targets[gather])
+            pr.append(prob[gather])
+            for r in rewards:
+                c_rew = r.choice_rewards(states, c_state, exp.choice_action, kernel.action_id)
+                rew[r.name].append(np.concatenate([c_rew, np.zeros(loops.size)])[order])
+        row_state = np.concatenate(st)
+        n = keys.shape[0]
+        row_groups = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(row_state, minlength=n), out=row_groups[1:])
+        row_offsets = np.zeros(row_state.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(cnt), out=row_offsets[1:])
+        init = np.zeros(n, dtype=bool)
+        init[initial] = True
+        labels, rew_out = label_states(
+            keys,
+            model,
+            codec,
+            parts.props.atoms,
+            parts.reward_names,
+            init,
+            deadlock,
+            loop,
+            {k: np.concatenate(v) for k, v in rew.items()},
+        )
+        return InducedModel(
+            "mdp",
+            row_groups,
+            row_offsets,
+            [np.concatenate(tg)],
+            [np.concatenate(pr)],
+            np.concatenate(act),
+            initial,
+            labels,
+            rew_out,
+            keys,
+        )
 
     @property
     def n_states(self) -> int:
