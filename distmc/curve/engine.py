@@ -75,7 +75,7 @@ class SharedModel:
     """The MDP of every action (explored once) and the fused-row structure every policy's DTMC is built on.
 
     Attributes:
-        parts: the run's parsed model, property and kernel (monolithic).
+        parts: the parsed model, property, kernel (and the uniform policy that found the states).
         mdp: the assembled MDP (``row_action`` per row; self-loop rows of terminal and deadlock states: -1).
         states: ``[N, V]`` int64 decoded states.
         enabled: ``[N, A_model]`` bool, the actions each state enables.
