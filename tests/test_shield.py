@@ -53,6 +53,10 @@ def test_exported_policy_round_trips(shielded) -> None:
     assert isinstance(pol, ShieldedPolicy)
     table = ShieldTable.read(report.shield_path, model, pol.actions)
     assert table.states.shape[0] == report.shielded_states
+    import pyarrow.parquet as pq
+
+    cols = pq.read_table(report.shield_path).column_names
+    assert cols[:5] == ["x", "y", "px", "py", "allowed"] and {f"risk_{a}" for a in pol.actions} <= set(cols)
     np.testing.assert_array_equal(pol.table.allowed, table.allowed)
     out = pol.forward(table.states)
     assert np.all(out[~table.allowed] == 0.0)

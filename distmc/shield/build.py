@@ -161,6 +161,7 @@ class _Shield:
         self.states = np.zeros((0, 0), dtype=np.int64)
         self.allowed = np.zeros((0, n_actions), dtype=bool)
         self.enabled = np.zeros((0, n_actions), dtype=bool)
+        self.risk = np.zeros((0, n_actions))  # the last risks computed for each state (NaN: not enabled)
         self.index = KeyIndex(self.keys)
 
     def rows_of(self, keys: np.ndarray, states: np.ndarray, enabled: np.ndarray) -> np.ndarray:
@@ -173,6 +174,7 @@ class _Shield:
             self.states = np.concatenate([self.states, states[new]]) if n0 else states[new].copy()
             self.allowed = np.concatenate([self.allowed, enabled[new]])
             self.enabled = np.concatenate([self.enabled, enabled[new]])
+            self.risk = np.concatenate([self.risk, np.full(enabled[new].shape, np.nan)])
             rows[new] = n0 + np.arange(int(new.sum()))
             self.index = KeyIndex(self.keys)
         return rows
@@ -293,6 +295,7 @@ def shield(
             budget = 0.0 if len(rounds) + 1 >= max_rounds else budget / 4
             continue
         sh.allowed[rows] = new
+        sh.risk[rows] = ar.risk
         _, manifest = _write_round(work, r, sh, model, to_policy, policy_actions, opts, prop, delta)
         rep = run(str(manifest), work / f"values-{r}.parquet")
         value = float(rep.result)
@@ -406,7 +409,8 @@ def _write_round(
     cols = np.flatnonzero(to_policy >= 0)
     allowed = np.zeros((keep.size, len(actions)), dtype=bool)
     allowed[:, to_policy[cols]] = sh.allowed[keep][:, cols]
-    table_path = ShieldTable(actions, states, allowed).write(work / f"shield-{r}.parquet", model)
+    risk = {f"risk_{model.actions[c]}": sh.risk[keep, c] for c in cols}  # for people: each action's risk
+    table_path = ShieldTable(actions, states, allowed).write(work / f"shield-{r}.parquet", model, risk)
     manifest = write_manifest(
         work / f"shielded-{r}.json", opts.policy or "uniform", table_path, opts.interface, property=prop, delta=delta
     )
