@@ -122,3 +122,30 @@ def test_verify_callback_logs_and_stops(tmp_path: Path) -> None:
     )
     model2.learn(640, callback=stop)
     assert stop.failed and len(stop.curve.points) == 1 and model2.num_timesteps < 640
+
+
+SAME_LABEL = """mdp
+module m
+  s : [0..3] init 0;
+  [a] s=0 -> 0.5:(s'=1) + 0.5:(s'=2);
+  [a] s=0 -> (s'=3);
+  [b] s=0 -> (s'=2);
+  [a] s>0 -> true;
+  [b] s>0 -> true;
+endmodule
+label "bad" = s=3;
+"""
+
+
+def test_same_label_choices_fall_back_to_separate_runs(tmp_path: Path) -> None:
+    from distmc.errors import DistmcError
+
+    model = tmp_path / "same.prism"
+    model.write_text(SAME_LABEL)
+    r = curve(model, 'P=? [F "bad"]', ["uniform"], resolve="uniform")
+    assert r.method == "separate" and "action label" in r.note
+    assert abs(r.points[0].value - float(verify(model, 'P=? [F "bad"]', resolve="uniform").result)) <= 1e-12
+    with pytest.raises(DistmcError, match="resolve uniform"):
+        curve(model, 'P=? [F "bad"]', ["uniform"])
+    with pytest.raises(DistmcError, match="--steps"):
+        curve(model, 'P=? [F "bad"]', ["uniform"], steps=[1, 2])

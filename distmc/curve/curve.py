@@ -108,7 +108,12 @@ def _separate(model_path: str | Path, prop: str, opts: VerifyOptions, policy: st
 
     t0 = time.perf_counter()
     r = verify(model_path, prop, VerifyOptions.build(opts, policy=policy))
-    assert isinstance(r, Report) and not isinstance(r.result, dict)
+    assert isinstance(r, Report)
+    if isinstance(r.result, dict):
+        raise DistmcError(
+            f"{policy}: the induced model is an MDP (same-label choices the policy does not resolve), "
+            "its value a min and a max: use --resolve uniform for a curve"
+        )
     bounds = r.bounds if isinstance(r.bounds, list) else None
     return CurvePoint(
         policy, step, float(r.result), time.perf_counter() - t0, r.states, r.transitions, False, bounds, r.truth
