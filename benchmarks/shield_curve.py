@@ -159,6 +159,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-shield", action="store_true")
     ap.add_argument("--skip-train", action="store_true", help="reuse the checkpoints of a previous run")
+    ap.add_argument("--skip-curve", action="store_true", help="no training and no curve: the shields only")
     ap.add_argument("--big", type=int, default=32, help="gridworld N of the timing comparison (N^4 states)")
     ap.add_argument("--steps", type=int, default=12 * 2048)
     ap.add_argument("--every", type=int, default=2048)
@@ -173,6 +174,8 @@ def main() -> None:
     if not args.skip_shield:
         result["shields"] = run_shields(out)
         result_path.write_text(json.dumps(result, indent=2))
+    if args.skip_curve:
+        return
     if args.skip_train:
         policies = sorted(
             (str(p) for p in (out / "checkpoints").glob("step-*.pt2")), key=lambda s: int(Path(s).stem.split("-")[1])

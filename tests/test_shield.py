@@ -182,3 +182,11 @@ def test_maskable_ppo_trains_under_the_shield(shielded) -> None:
     env.step = spy  # type: ignore[method-assign]
     sb3c.MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu").learn(128)
     assert len(taken) >= 128 and all(mask[a] for mask, a in taken)
+
+
+def test_relaxing_keeps_delta_and_removes_no_more(shielded, tmp_path: Path) -> None:
+    _, delta, report = shielded
+    strict = shield(MODEL, PROP, delta, constants=CONST, policy=POLICY, out=tmp_path, relax=0)
+    assert strict.value_after <= delta and report.value_after <= delta
+    assert report.mass_removed <= strict.mass_removed + 1e-9
+    assert len(report.rounds) >= len(strict.rounds)

@@ -13,12 +13,16 @@ The loop (:func:`shield`):
    shielded policy** like any other policy, with its per-state values;
 5. stop when its value is at most ``delta``, or when nothing more can be removed (every allowed set already holds
    only its safest actions); else the next round takes risks from the shielded policy's values with a smaller
-   budget.
+   budget;
+6. once a shield meets ``delta``, ``relax`` more verifications bisect (geometrically) between its budget and the
+   next larger one, from the allowed sets and values it started from, for the largest budget that still meets
+   ``delta``: the shield that removes least among those tried.
 
 Keeping only the actions whose risk is below the policy's own mix never raises an unbounded reachability value
-(see :mod:`distmc.shield.risk`); the verification, not that argument, is what the report states. The round with
-the smallest value is the result: its table and manifest are written, and a separate ``distmc run --policy
-MANIFEST`` of the same property gives the same value (the same explored model, checked the same way).
+(see :mod:`distmc.shield.risk`); the verification, not that argument, is what the report states. The result is
+the least restrictive verified shield that meets ``delta``, or, when none does, the one with the smallest value:
+its table and manifest are written, and a separate ``distmc run --policy MANIFEST`` of the same property gives the
+same value (the same explored model, checked the same way).
 """
 
 from __future__ import annotations
@@ -179,6 +183,17 @@ class _Shield:
             self.index = KeyIndex(self.keys)
         return rows
 
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
+        """The allowed sets and risks now (:meth:`restore` returns to them)."""
+        return self.allowed.copy(), self.risk.copy()
+
+    def restore(self, snap: tuple[np.ndarray, np.ndarray]) -> None:
+        """Back to ``snap``; states seen since then allow every enabled action again."""
+        allowed, risk = snap
+        k = allowed.shape[0]
+        self.allowed[:k], self.risk[:k] = allowed, risk
+        self.allowed[k:], self.risk[k:] = self.enabled[k:], np.nan
+
     def restricted(self) -> np.ndarray:
         """``[S]`` bool: rows where the shield allows fewer actions than are enabled."""
         return (self.allowed != self.enabled).any(axis=1)
@@ -204,6 +219,7 @@ def shield(
     reward: str | None = None,
     reward_steps: int | None = None,
     max_rounds: int = 8,
+    relax: int = 2,
     **kw: Any,
 ) -> ShieldReport:
     """Compute, refine and verify a shield that brings ``prop`` (a risk: lower is safer) to at most ``delta``.
@@ -218,7 +234,9 @@ def shield(
         reward: a reward structure whose expected total over the property's step bound (or ``reward_steps``) is
             reported before and after (what safety costs).
         reward_steps: K of ``R{"reward"}=? [C<=K]`` (default: the property's step bound).
-        max_rounds: the most verifications of a shielded policy.
+        max_rounds: the most verifications of a shielded policy while tightening.
+        relax: once a shield meets ``delta``, this many more verifications look for a larger budget that still
+            meets it (a shield that removes less); the one with the largest such budget is the result.
         kw: changes to ``options`` by name.
 
     Example:
@@ -282,18 +300,18 @@ def shield(
     budget = min(1.0, START * float(delta))
     unknown = 0
     r = 0
-    while float(before.result) > delta and len(rounds) < max_rounds:
-        r += 1
-        ar = action_risks(model, kernel, codec, parts.props.terminal_mask, vals.states, vals.index, vals.value)
+
+    def attempt(b: float, v: _Values) -> tuple[Any, float] | None:
+        """Restrict by budget ``b`` on the values ``v``; verify the shield (None: it would change nothing)."""
+        nonlocal r, unknown
+        ar = action_risks(model, kernel, codec, parts.props.terminal_mask, v.states, v.index, v.value)
         unknown = max(unknown, ar.unknown)
-        rows = sh.rows_of(codec.pack(vals.states), vals.states, ar.enabled)
+        rows = sh.rows_of(codec.pack(v.states), v.states, ar.enabled)
         old = sh.allowed[rows]
-        new = _restrict(ar.risk, old, budget)
+        new = _restrict(ar.risk, old, b)
         if not (new != old).any():
-            if budget == 0.0:
-                break  # every state keeps only its safest actions: nothing more can be removed
-            budget = 0.0 if len(rounds) + 1 >= max_rounds else budget / 4
-            continue
+            return None
+        r += 1
         sh.allowed[rows] = new
         sh.risk[rows] = ar.risk
         _, manifest = _write_round(work, r, sh, model, to_policy, policy_actions, opts, prop, delta)
@@ -302,20 +320,45 @@ def shield(
         rounds.append(
             {
                 "round": r,
-                "budget": budget,
+                "budget": b,
                 "value": value,
                 "states": rep.states,
                 "shielded_states": int(sh.restricted().sum()),
                 "seconds": rep.timings.get("total_s", 0.0),
             }
         )
-        log.info("shield round %d: budget %.3g, value %.12g, %d states", r, budget, value, rep.states)
+        log.info("shield round %d: budget %.3g, value %.12g, %d states", r, b, value, rep.states)
+        return rep, value
+
+    met: tuple[tuple[np.ndarray, np.ndarray], _Values, float] | None = None
+    while float(before.result) > delta and len(rounds) < max_rounds:
+        snap = sh.snapshot()
+        got = attempt(budget, vals)
+        if got is None:
+            if budget == 0.0:
+                break  # every state keeps only its safest actions: nothing more can be removed
+            budget = 0.0 if len(rounds) + 1 >= max_rounds else budget / 4
+            continue
+        rep, value = got
         if value < best[0]:
             best = (value, r, rep)
         if value <= delta:
+            met = (snap, vals, budget)
             break
         vals = _Values.read(work / f"values-{r}.parquet", parts)
         budget = 0.0 if len(rounds) + 1 >= max_rounds else budget / 4
+    if met is not None and relax > 0:
+        # delta is met: look between this budget and the next larger one for a shield that removes less
+        snap, v, lo = met
+        hi = min(1.0, 4 * lo)
+        for _ in range(relax if 0 < lo < hi else 0):
+            mid = float(np.sqrt(lo * hi))
+            sh.restore(snap)
+            got = attempt(mid, v)
+            if got is not None and got[1] <= delta:
+                lo, best = mid, (got[1], r, got[0])
+            else:
+                hi = mid
     value_after, r_best, after = best
     if r_best == 0:  # no round was needed (or none changed anything): the empty shield, verified as such
         _, manifest = _write_round(work, 0, sh, model, to_policy, policy_actions, opts, prop, delta)

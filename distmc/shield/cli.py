@@ -32,7 +32,15 @@ def add_parser(sub: Any) -> None:
         "after (over the property's step bound, or --reward-steps)",
     )
     p.add_argument("--reward-steps", type=int, default=None, help='K of R{"REWARD"}=? [C<=K]')
-    p.add_argument("--max-rounds", type=int, default=8, help="most verifications of a shielded policy (default 8)")
+    p.add_argument(
+        "--max-rounds", type=int, default=8, help="most verifications of a shielded policy while tightening (default 8)"
+    )
+    p.add_argument(
+        "--relax",
+        type=int,
+        default=2,
+        help="after a shield meets --delta, this many more verifications look for one that removes less (default 2)",
+    )
     p.add_argument("--workers", type=int, default=1, help="as for distmc run")
     p.add_argument("--driver", default=None, choices=["local", "ray"], help="as for distmc run")
     p.add_argument("--address", default=None, help="as for distmc run")
@@ -56,6 +64,7 @@ def main(args: argparse.Namespace) -> int:
             reward=args.reward,
             reward_steps=args.reward_steps,
             max_rounds=args.max_rounds,
+            relax=args.relax,
         )
         print(report.summary())
         if args.json_path:
