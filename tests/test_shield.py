@@ -190,3 +190,31 @@ def test_relaxing_keeps_delta_and_removes_no_more(shielded, tmp_path: Path) -> N
     assert strict.value_after <= delta and report.value_after <= delta
     assert report.mass_removed <= strict.mass_removed + 1e-9
     assert len(report.rounds) >= len(strict.rounds)
+
+
+class _Logits:
+    """A base policy of logits over 3 actions, the same in every state."""
+
+    actions = ["a", "b", "c"]
+    output = "logits"
+    name = "fixed"
+
+    def forward(self, states: np.ndarray) -> np.ndarray:
+        return np.tile([2.0, -1.0, 0.5], (states.shape[0], 1))
+
+
+def test_shielded_logits_are_the_base_distribution_restricted() -> None:
+    from distmc.policy.base import action_distribution
+
+    model = load_model(Path(MODEL), "N=3")
+    states = model.initial_states.repeat(2, axis=0)
+    states[1, 0] = 1  # another state (x=1), outside the table
+    table = ShieldTable(_Logits.actions, states[:1], np.array([[False, True, True]]))
+    pol = ShieldedPolicy(_Logits(), table, model)  # type: ignore[arg-type]
+    enabled = np.ones((2, 3), dtype=bool)
+    got = action_distribution(pol, states, enabled)
+    base = action_distribution(_Logits(), states, enabled)  # type: ignore[arg-type]
+    want = np.exp([-1.0, 0.5]) / np.exp([-1.0, 0.5]).sum()
+    np.testing.assert_allclose(got[0], [0.0, *want], rtol=1e-15)
+    assert got[0, 0] == 0.0
+    np.testing.assert_array_equal(got[1], base[1])  # outside the table: the base's row, bit for bit

@@ -9,14 +9,15 @@ A shielded policy is two files beside each other and a manifest that names them:
   ..., "interface": ..., "shield": ...}``, paths relative to the manifest's folder; ``policy`` is any spec
   :func:`distmc.policy.load_policy` reads (a network file, ``module:function``, ``uniform``).
 
-The shielded distribution (:meth:`ShieldedPolicy.forward`, output ``"probabilities"``) in a state of the table is
-the base policy's, restricted to the allowed actions and renormalised over them:
-``pi'(a|s) = pi(a|s) [a allowed] / sum_b pi(b|s) [b allowed]`` (uniform over the allowed actions when the base
-policy gives all of them zero mass); elsewhere it is the base policy's own distribution. Logits are turned into
-probabilities by a softmax over all of the policy's actions; :func:`~distmc.policy.base.action_distribution`
-masks the disabled actions afterwards, and since a shield only allows enabled actions, that changes nothing in
-a shielded state. Reading the manifest runs no code unless the base policy's format does (an SB3 ``.zip`` still
-needs ``trust``).
+The shielded distribution in a state of the table is the base policy's, restricted to the allowed actions and
+renormalised over them: ``pi'(a|s) = pi(a|s) [a allowed] / sum_b pi(b|s) [b allowed]``; elsewhere it is the base
+policy's own. :meth:`ShieldedPolicy.forward` returns outputs of the base's kind, so that
+:func:`~distmc.policy.base.action_distribution` (masking, renormalising, validating) does the rest exactly as for
+the base policy: logits with a removed action's set to :data:`REMOVED_LOGIT` (its softmax weight is exactly 0),
+or probabilities restricted and renormalised (uniform over the allowed actions when the base gives all of them
+zero mass). Outside the table the output is the base's row itself, so an empty shield verifies to the base
+policy's value bit for bit. Reading the manifest runs no code unless the base policy's format does (an SB3
+``.zip`` still needs ``trust``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ __all__ = [
 
 #: The manifest's ``format`` field.
 SHIELD_FORMAT = "distmc-shielded-policy"
+
+#: The logit a removed action gets (finite, so the output passes validation; its softmax weight is exactly 0).
+REMOVED_LOGIT = -1e300
 
 
 def is_shielded(path: Path) -> bool:
@@ -211,10 +215,9 @@ class ShieldedPolicy:
         table: the shield.
     """
 
-    output = "probabilities"
-
     def __init__(self, base: Policy, table: ShieldTable, model: Model, name: str | None = None) -> None:
         self.base = base
+        self.output = base.output
         self.table = table
         self.actions = list(base.actions)
         self.name = name or f"shielded {base.name}"
@@ -253,15 +256,13 @@ class ShieldedPolicy:
         return out
 
     def forward(self, states: np.ndarray) -> np.ndarray:
-        """``states`` ``[B, V]`` int64 -> the shielded probabilities ``[B, A]`` float64."""
+        """``states`` ``[B, V]`` int64 -> the shielded outputs ``[B, A]`` float64 (of the base's kind)."""
         raw = np.asarray(self.base.forward(states), dtype=np.float64)
-        if self.base.output == "logits":
-            z = np.exp(raw - raw.max(axis=1, keepdims=True))
-            p = z / z.sum(axis=1, keepdims=True)
-        else:
-            p = raw  # outside the table unchanged, so action_distribution still validates the base's output
         allowed = self.allowed_of(states)
-        q = np.where(allowed, p, 0.0)
+        if self.output == "logits":  # a removed action's logit: exp() of it, after any shift, is exactly 0
+            return np.where(allowed, raw, REMOVED_LOGIT)
+        q = np.where(allowed, raw, 0.0)
         mass = q.sum(axis=1, keepdims=True)
         uniform = allowed / np.maximum(allowed.sum(axis=1, keepdims=True), 1)
-        return np.where(mass > 0, q / np.where(mass > 0, mass, 1.0), uniform)
+        out = np.where(mass > 0, q / np.where(mass > 0, mass, 1.0), uniform)
+        return np.where(allowed.all(axis=1, keepdims=True), raw, out)  # outside the table: the base's own row
