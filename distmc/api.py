@@ -28,7 +28,9 @@ from distmc.options import VerifyOptions, merged
 from distmc.pipeline import Job, Parts
 
 if TYPE_CHECKING:
+    from distmc.curve.curve import CurveReport
     from distmc.explore.ray.coordinator import RayRows
+    from distmc.shield.build import ShieldReport
 
 __all__ = ["Report", "Session", "VerifyOptions", "curve", "shield", "sweep", "verify"]
 
@@ -505,7 +507,7 @@ def sweep(model_path: str | Path | None, prop: str | None, variants: Iterable[Ve
 
 
 def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptions | None = None,
-           **kw: Any) -> Any:
+           **kw: Any) -> ShieldReport:
     """Shield the policy until ``prop`` verifies to at most ``delta``: :func:`distmc.shield.build.shield`."""
     from distmc.shield.build import shield as _shield
 
@@ -513,7 +515,7 @@ def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptio
 
 
 def curve(model_path: str | Path, prop: str, policies: list[str], options: VerifyOptions | None = None,
-          **kw: Any) -> Any:
+          **kw: Any) -> CurveReport:
     """Verify a training run's checkpoints on one exploration: :func:`distmc.curve.curve.curve`."""
     from distmc.curve.curve import curve as _curve
 
