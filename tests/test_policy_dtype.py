@@ -203,6 +203,8 @@ def test_networks_that_cannot_run_in_float64_say_so(tmp_path: Path) -> None:
         # the network itself, named as a module attribute, runs in float64
         pol = load_policy("distmc_test_dtype_callable:NET", model, iface)
         assert pol.precision == "float64" and not float32_only(pol.forward(model.initial_states))  # type: ignore[attr-defined]
+        user_net = sys.modules["distmc_test_dtype_callable"].NET  # a copy was converted, not the user's module
+        assert all(p.dtype == torch.float32 for p in user_net.parameters())
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("distmc_test_dtype_callable", None)
