@@ -59,8 +59,10 @@ COMMAND_START = ("pip ", "distmc ", "python ", "nice ")
 
 @dataclass
 class Check:
-    """One command and what it must print: output lines (an output block, a Python example's comments), or the
-    values of an example table's cell."""
+    """One command and what it must print.
+
+    Output lines (an output block, a Python example's comments), or the values of an example table's cell.
+    """
 
     cmd: str
     lines: list[str] | None = None
@@ -80,8 +82,11 @@ def shell_commands(body: str) -> list[str]:
 
 
 def printed_lines(body: str) -> list[str]:
-    """What a Python example says it prints: the comment of each ``print(...)`` line, and the comment lines at the
-    start of a line right after a loop whose body prints."""
+    """What a Python example says it prints.
+
+    The comment of each ``print(...)`` line, and the comment lines at the start of a line right after a loop whose
+    body prints.
+    """
     out: list[str] = []
     after_print = False
     for line in body.splitlines():
@@ -127,8 +132,11 @@ def expected_values(shown: str) -> list[str]:
 
 
 def shown_as(printed: float, value: str, truncated: bool = False) -> bool:
-    """Whether ``printed`` is the number ``value`` shows: rounded to its digits (to its significant digits for a
-    small number), or, ``truncated``, within one unit of its last digit."""
+    """Whether ``printed`` is the number ``value`` shows.
+
+    Rounded to its digits (to its significant digits for a small number), or, ``truncated``, within one unit of
+    its last digit.
+    """
     mantissa = value.lower().split("e")[0]
     digits = len(mantissa.split(".")[1]) if "." in mantissa else 0
     target = float(value)
@@ -151,8 +159,11 @@ NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 
 
 def line_matcher(shown: str) -> tuple[re.Pattern[str], list[tuple[str, bool]]]:
-    """A pattern for a shown output line (``...``: anything; whitespace: any whitespace; a number: a number) and
-    the numbers it shows, each with whether ``...`` follows it (shown truncated)."""
+    """A pattern for a shown output line, and the numbers it shows.
+
+    In the pattern ``...`` is anything, whitespace any whitespace, a number a number; each number comes with
+    whether ``...`` follows it (shown truncated).
+    """
     parts, numbers = [], []
     tokens = re.split(rf"(\.\.\.|{NUMBER}|\s+)", shown.strip())
     for i, tok in enumerate(tokens):
