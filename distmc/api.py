@@ -43,9 +43,9 @@ _EXPLORE_SPLIT = ("startup_s", "levels_s", "place_s", "gather_s", "policy_s")
 
 
 #: The summary's line for a policy that ran in float32.
-FLOAT32_NOTE = ("the policy ran in float32: its probabilities depend on the batch, the BLAS kernel and the CPU in "
-                "their last digits (about 1e-7), so the bounds cover the checker's error only, not the policy's "
-                "rounding (--policy-dtype float64 makes them machine-independent)")
+FLOAT32_NOTE = ("the policy ran in float32 (asked with --policy-dtype float32, or a network that cannot run in float64: "
+                "a warning said why): its probabilities depend on the batch, the BLAS kernel and the CPU in their "
+                "last digits (about 1e-7), so the bounds cover the checker's error only, not the policy's rounding")
 
 #: Memory the hand-off to Storm and Storm's check need beyond what the process holds after exploration, per
 #: transition, when the reducer keeps its copy (Storm's matrix, the UMB import's buffers, the check's submatrix).
