@@ -167,6 +167,10 @@ def rounded(obs):
     """A function that computes in float32 whatever it is given."""
     with torch.no_grad():
         return NET(torch.from_numpy(obs).float())
+def rule(obs):
+    """A rule: exact probabilities (float32 numbers too, but not computed in float32)."""
+    import numpy as np
+    return np.tile([0.5, 0.25, 0.125, 0.125], (obs.shape[0], 1))
 '''
 
 
@@ -210,6 +214,7 @@ def test_networks_that_cannot_run_in_float64_say_so(tmp_path: Path) -> None:
             pol = load_policy(str(path), model, iface)
             assert pol.precision == "float64", path  # type: ignore[attr-defined]
             assert np.abs(pol.forward(states) - want).max() <= 1e-14 * np.abs(want).max()
+        assert load_policy("distmc_test_dtype_callable:rule", model, iface).precision == "float64"  # type: ignore[attr-defined]
         # the network itself, named as a module attribute, runs in float64
         pol = load_policy("distmc_test_dtype_callable:NET", model, iface)
         assert pol.precision == "float64" and not float32_only(pol.forward(model.initial_states))  # type: ignore[attr-defined]

@@ -77,10 +77,18 @@ def torch_dtype(dtype: str) -> Any:
 
 
 def float32_only(y: np.ndarray) -> bool:
-    """Whether every number in ``y`` is a float32 number: outputs computed in float32 (then widened) are."""
+    """Whether ``y`` looks computed in float32.
+
+    Every number is a float32 number, and some use more than 16 bits of a float32's 24: outputs computed in float32,
+    then widened, are so; exact values such as 0, 0.25 or 1 that a rule-based policy returns in float64 are float32
+    numbers too, but short ones.
+    """
     y = np.asarray(y, dtype=np.float64)
     finite = y[np.isfinite(y)]
-    return bool(np.array_equal(finite.astype(np.float32).astype(np.float64), finite))
+    if not np.array_equal(finite.astype(np.float32).astype(np.float64), finite):
+        return False
+    mantissa = np.ldexp(np.frexp(finite)[0], 16)
+    return bool((mantissa != np.round(mantissa)).any())
 
 
 def in_fixed_batches(run: Any, chunk: np.ndarray, size: int | None) -> np.ndarray:
