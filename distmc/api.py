@@ -26,6 +26,7 @@ from distmc.explore.local import explore_local
 from distmc.explore.partition import Explored
 from distmc.options import VerifyOptions, merged
 from distmc.pipeline import Job, Parts
+from distmc.policy.base import policy_precision
 
 if TYPE_CHECKING:
     from distmc.curve.curve import CurveReport
@@ -42,6 +43,11 @@ log = logging.getLogger(__name__)
 #: into the reducer (Ray driver); seconds inside the policy's forward passes (in-process driver).
 _EXPLORE_SPLIT = ("startup_s", "levels_s", "place_s", "gather_s", "policy_s")
 
+
+#: The summary's line for a policy that ran in float32.
+FLOAT32_NOTE = ("the policy ran in float32 (asked with --policy-dtype float32, or a network that cannot run in float64: "
+                "a warning said why): its probabilities depend on the batch, the BLAS kernel and the CPU in their "
+                "last digits (about 1e-7), so the bounds cover the checker's error only, not the policy's rounding")
 
 #: Memory the hand-off to Storm and Storm's check need beyond what the process holds after exploration, per
 #: transition, when the reducer keeps its copy (Storm's matrix, the UMB import's buffers, the check's submatrix).
@@ -174,6 +180,9 @@ class Report:
     traces_mass: float | None = None
     riskiest_states: list[dict] | None = None
     options: dict[str, object] = field(default_factory=dict)  # the run's VerifyOptions (``to_dict``)
+    # the arithmetic the policy ran in ("float64", or "float32": asked, or a network that cannot run in float64);
+    # None without a policy (a dtmc, monolithic mode)
+    policy_dtype: str | None = None
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -192,10 +201,12 @@ class Report:
                     f"more than the largest single-property model ({largest} states)")
         return (
             f"{lines}\n"
-            f"  model {self.model} ({self.mode}, policy {self.policy}); induced {self.induced}: "
+            f"  model {self.model} ({self.mode}, policy {self.policy}"
+            f"{'' if self.policy_dtype is None else ' in ' + self.policy_dtype}); induced {self.induced}: "
             f"{self.states} states, {self.transitions} transitions, {self.choices} rows, depth {self.depth}\n"
             f"  time: {_time_line(t)}"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
+            + ("" if self.policy_dtype != "float32" else f"\n  {FLOAT32_NOTE}")
             + cost
             + "".join(f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states,
                                                                self.result))
@@ -266,7 +277,7 @@ class _Run:
         clock = PhaseClock(o.phases)
         clock.start("parsing")
         job = Job(str(model_path), str(prop), o.constants, o.policy, o.interface, o.mode, o.threshold, o.resolve,
-                  o.trust_policy)
+                  o.trust_policy, o.policy_dtype)
         ckpt: Checkpoint | None = None
         checker = o.checker
         if o.resume is not None:
@@ -418,12 +429,23 @@ class _Run:
             mode=job.mode,  # after --resume: the checkpoint's, not this call's defaults
             workers=self.opts.workers, driver=self.driver, worker_stats=list(worker_stats), model=job.model_path,
             property=job.prop, policy=_policy_name(self.parts, job.policy),  # after --resume: the checkpoint's
+            policy_dtype=_policy_dtype(self.parts, worker_stats),
             depth=int(stats.get("depth", 0)), policy_states=int(stats.get("policy_states", 0)),
             policy_calls=int(stats.get("policy_calls", 0)), restarts=int(stats.get("restarts", 0)),
             memory={"driver_peak_bytes": peak_rss_bytes(),
                     "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in worker_stats]},
             timings={"handoff_s": 0.0, **timings, **{k: float(v) for k, v in stats.items() if k in _EXPLORE_SPLIT}},
             options=self.opts.to_dict())
+
+
+def _policy_dtype(parts: Parts, worker_stats: list[dict[str, Any]]) -> str | None:
+    """What the policy ran in: the in-process replica's precision, else the Ray workers' (float32 if any was)."""
+    if not parts.uses_policy:
+        return None
+    if parts.policy is not None:
+        return policy_precision(parts.policy)
+    ran = {str(w["policy_dtype"]) for w in worker_stats if w.get("policy_dtype")}
+    return "float32" if "float32" in ran else ran.pop() if ran else None
 
 
 def _policy_name(parts: Parts, policy: str | None) -> str:

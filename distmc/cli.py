@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
                           "package.module:function, or 'example' for the bundled gridworld policy (N=6)")
     run.add_argument("--trust-policy", action="store_true",
                      help="allow policy files whose loading runs code stored in them (SB3 .zip unpickles objects)")
+    run.add_argument("--policy-dtype", default="float64", choices=["float64", "float32"],
+                     help="the network's arithmetic: float64 (default: the same answer on every machine) or float32 "
+                          "(faster on large networks; the bounds then cover the checker's error only)")
     run.add_argument("--interface", default=None,
                      help="interface file (JSON/TOML) of the network; default: POLICY's stem + .json (or "
                           ".interface.json) beside it (with --policy example: the bundled one)")

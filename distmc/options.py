@@ -33,6 +33,7 @@ MODES = ("stochastic", "deterministic", "monolithic")
 CHECKERS = ("auto", "storm", "native", "distributed")
 DRIVERS = ("local", "ray")
 RESOLVE = ("none", "uniform")
+POLICY_DTYPES = ("float64", "float32")
 EXPORT_SUFFIXES = (".drn", ".umb")
 
 #: Fields that are not saved (:meth:`VerifyOptions.to_dict`) nor compared: the run's callbacks.
@@ -96,6 +97,9 @@ class VerifyOptions:
         interface: interface file of the network (features, actions, output); default: the one saved beside the
             policy file (``trained.pt`` -> ``trained.json``), else every variable and action label.
         trust_policy: allow policy formats whose loading runs code stored in the file (SB3 ``.zip``).
+        policy_dtype: the network's arithmetic, ``float64`` (default: the same answer on every machine) or
+            ``float32`` (faster on large networks; the bounds then cover the checker's error only), in every
+            format (:mod:`distmc.policy.batched`); ``Report.policy_dtype`` says what it ran in.
         mode: ``stochastic``, ``deterministic`` or ``monolithic``.
         threshold: in stochastic mode, keep actions with pi(a|s) > threshold.
         resolve: ``none`` (same-label choices stay nondeterministic) or ``uniform``.
@@ -156,6 +160,7 @@ class VerifyOptions:
     policy: str | None = "uniform"
     interface: str | None = None
     trust_policy: bool = False
+    policy_dtype: str = "float64"
     mode: str = "stochastic"
     threshold: float = 0.0
     resolve: str = "none"
@@ -205,6 +210,8 @@ class VerifyOptions:
             raise DistmcError(f"--checker must be auto, storm, native or distributed, not '{self.checker}'")
         if self.mode not in MODES:
             raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
+        if self.policy_dtype not in POLICY_DTYPES:
+            raise DistmcError(f"--policy-dtype must be float64 or float32, not '{self.policy_dtype}'")
         if self.resolve not in RESOLVE:
             raise DistmcError(f"--resolve must be 'none' or 'uniform', not '{self.resolve}'")
         if not 0.0 <= self.threshold < 1.0:

@@ -33,6 +33,7 @@ class Job:
     threshold: float = 0.0
     resolve: str = "none"
     trust_policy: bool = False
+    policy_dtype: str = "float64"  # the network's arithmetic (distmc.policy.batched)
 
     def build(self, *, explorer: bool = True, policy: Policy | None = None) -> Parts:
         """Parse the model and property; with ``explorer``, also load the policy and compile the kernel.
@@ -53,7 +54,8 @@ class Job:
             return Parts(model, props, codec, None, needs_policy, reward_names)
         pol = None
         if needs_policy:
-            pol = policy or load_policy(self.policy, model, self.interface, trust=self.trust_policy)
+            pol = policy or load_policy(self.policy, model, self.interface, trust=self.trust_policy,
+                                        dtype=self.policy_dtype)
         expander = Expander(
             model, Kernel(model, codec), codec, pol, self.mode, terminal=props.terminal_mask,
             threshold=self.threshold, resolve=self.resolve, reward_names=reward_names,

@@ -223,6 +223,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--policy", default="uniform", help="as for distmc run (default uniform)")
     p.add_argument("--interface", default=None, help="the policy's interface file (as for distmc run)")
     p.add_argument("--trust-policy", action="store_true", help="as for distmc run")
+    p.add_argument("--policy-dtype", default="float64", choices=["float64", "float32"], help="as for distmc run")
     p.add_argument("--mode", default="stochastic", choices=["stochastic", "deterministic", "monolithic"])
     p.add_argument("--workers", default="1,2,4", help="worker counts, e.g. 1,2,4,8 (default 1,2,4)")
     p.add_argument("--address", default=None, help="Ray cluster to join (auto or HOST:PORT); default: a local Ray")

@@ -297,15 +297,30 @@ def test_readme_script_finds_every_command_and_checks_values() -> None:
     spec = importlib.util.spec_from_file_location("ci_readme", REPO / ".ci" / "readme.py")
     assert spec is not None and spec.loader is not None
     readme = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = readme  # its dataclass looks its module up
     spec.loader.exec_module(readme)
     found = readme.commands((REPO / "README.md").read_text())
-    cmds = [c for c, _ in found]
+    cmds = [c.cmd for c in found]
     assert cmds[0].startswith("pip install torch==2.13.0 -e . && distmc run example")  # the plain install first
     assert any(c.startswith("distmc scale ") for c in cmds) and any(c.startswith("distmc abstract ") for c in cmds)
     assert not any("MODEL" in c for c in cmds)  # usage synopses are not commands
-    shown = dict(found)
+    shown = {c.cmd: c.cell for c in found if c.cell}
     assert shown["distmc run example --const N=6 --policy uniform --prop 'P=? [F \"crash\"]'"] == "0.685 (1,296 states)"
     out = 'P=? [F "crash"]  =  0.685352451959\n  model ...; induced dtmc: 1296 states, 13094 transitions'
     assert readme.agrees(out, "0.685 (1,296 states)")
     assert not readme.agrees(out.replace("0.685", "0.695"), "0.685 (1,296 states)")
     assert not readme.agrees(out.replace("1296 states", "1297 states"), "0.685 (1,296 states)")
+    # every value shown is compared: the set-up command's output block, and every Python example's print comments
+    assert found[0].lines and found[0].lines[0].startswith('P=? [F "crash"]  =  ')
+    python = [c for c in found if "\n" in c.cmd and "verify(" in c.cmd]
+    assert python and all(c.lines for c in python)
+    first = [c for c in python if "report.bounds" in c.cmd][0].lines
+    assert first is not None and len(first) == 4  # the print's own comment, and the loop's three lines
+    line = '  model .../gridworld.prism (stochastic, policy p.pt in float64); induced dtmc: 1296 states, depth 12'
+    printed = 'x\n  model /a/b/gridworld.prism (stochastic, policy p.pt in float64); induced dtmc: 1296 states, depth 12'
+    assert readme.missing_line(printed, [line]) is None
+    assert readme.missing_line(printed.replace("1296", "1297"), [line]) == line
+    assert readme.missing_line(printed.replace("float64", "float32"), [line]) == line
+    cut = "0.010194819812... [0.010194819811..., 0.010194819813...] 1296"  # shown truncated: within 1e-12
+    assert readme.missing_line("0.01019481981200985 [0.01019481981100985, 0.010194819813009851] 1296", [cut]) is None
+    assert readme.missing_line("0.0101948211722 [0.01019481981100985, 0.010194819813009851] 1296", [cut]) == cut

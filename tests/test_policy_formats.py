@@ -98,9 +98,10 @@ def _iface_obj() -> object:
 CALLABLE_SRC = '''
 import torch
 NET = torch.jit.load({path!r})
+NET64 = torch.jit.load({path!r}).double()
 def policy(obs):
     with torch.no_grad():
-        return NET(torch.from_numpy(obs))
+        return (NET64 if obs.dtype == "float64" else NET)(torch.from_numpy(obs))
 '''
 
 
@@ -136,6 +137,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, bool
     mod.write_text(CALLABLE_SRC.format(path=str(ts)))
     sys.path.insert(0, str(tmp))
     out["callable"] = ("distmc_test_callable_policy:policy", False, str(tmp / "net_ts.json"))
+    out["callable_module"] = ("distmc_test_callable_policy:NET", False, str(tmp / "net_ts.json"))
     for algo in ("PPO", "A2C", "DQN", "MaskablePPO"):
         f = tmp / f"net_{algo.lower()}.zip"
         save_sb3(algo, net, f)
@@ -164,7 +166,8 @@ def reachable(model_path: Path) -> tuple[object, np.ndarray, np.ndarray]:
 
 def test_formats_are_detected(saved: dict[str, tuple[str, bool, str | None]]) -> None:
     got = {k: detect_format(v[0]) for k, v in saved.items()}
-    want = {"torchscript": "torchscript", "state_dict": "state_dict", "callable": "callable", "pt2": "pt2",
+    want = {"torchscript": "torchscript", "state_dict": "state_dict", "callable": "callable",
+            "callable_module": "callable", "pt2": "pt2",
             "pt2_fixed": "pt2", "onnx": "onnx", "PPO": "sb3", "A2C": "sb3", "DQN": "sb3", "MaskablePPO": "sb3"}
     if "onnx" not in saved:
         pytest.skip("onnxruntime is not installed (pip install 'distmc[onnx]')")
@@ -188,7 +191,12 @@ def test_same_network_same_distributions_and_values(saved: dict[str, tuple[str, 
     for fmt, (spec, trust, iface) in saved.items():
         pol = load_policy(spec, model, iface, trust=trust)
         pi = action_distribution(pol, states, enabled)
-        assert np.abs(pi - ref).max() <= 1e-6, fmt
+        # every format runs in float64 (float32 weights upcast exactly): the reference's distributions to 1e-14
+        assert pol.precision == "float64", fmt  # type: ignore[attr-defined]
+        assert np.abs(pi - ref).max() <= 1e-14, (fmt, float(np.abs(pi - ref).max()))
+        pol32 = load_policy(spec, model, iface, trust=trust, dtype="float32")
+        assert pol32.precision == "float32", fmt  # type: ignore[attr-defined]
+        assert np.abs(action_distribution(pol32, states, enabled) - ref).max() <= 1e-6, fmt
         for mode in ("stochastic", "deterministic"):
             r = verify(GRID, 'P=? [F "crash"]', constants=CONST, policy=spec, mode=mode, trust_policy=trust,
                        interface=iface)
@@ -198,7 +206,7 @@ def test_same_network_same_distributions_and_values(saved: dict[str, tuple[str, 
         for fmt in saved:
             got = values[(fmt, mode)]
             assert got[1:] == base[1:], (fmt, mode)
-            assert abs(got[0] - base[0]) <= (1e-6 if fmt == "onnx" else 1e-9), (fmt, mode, got, base)
+            assert abs(got[0] - base[0]) <= 1e-13 * base[0], (fmt, mode, got, base)
         # torch.export runs the TorchScript's kernels on the same batches: the very same value (the program
         # exported for batches of one state runs other kernels: within 1e-9, above)
         assert values[("pt2", mode)] == base
@@ -344,6 +352,25 @@ def test_export_policy_writes_pt2_by_default(tmp_path: Path) -> None:
     prop = 'P=? [F "crash"]'
     a, b = (verify(GRID, prop, constants=CONST, policy=str(p)) for p in (pt2, ts))
     assert (a.result, a.states) == (b.result, b.states)  # type: ignore[union-attr]
+    assert a.policy_dtype == b.policy_dtype == "float64"  # type: ignore[union-attr]
+
+
+def test_export_policy_of_sb3_runs_in_float64(saved: dict[str, tuple[str, bool, str | None]], tmp_path: Path) -> None:
+    """An SB3 actor exported, and its rollout, use the float64 arithmetic verification uses."""
+    from distmc.gym import export_policy, rollout
+
+    env = gym_env.PrismEnv(GRID, CONST, interface=_iface_obj())
+    agent = sb3.PPO.load(saved["PPO"][0], device="cpu")
+    pt2, iface = export_policy(agent, tmp_path / "ppo.pt2", env)
+    model, states, enabled = reachable(GRID)
+    keep = enabled.any(axis=1)
+    exported = load_policy(str(pt2), model)
+    zipped = load_policy(saved["PPO"][0], model, trust=True)
+    assert exported.precision == zipped.precision == "float64"  # type: ignore[attr-defined]
+    assert np.array_equal(action_distribution(exported, states[keep], enabled[keep]),
+                          action_distribution(zipped, states[keep], enabled[keep]))
+    runs = [rollout(env, p, 50, seed=1) for p in (exported, zipped)]
+    assert np.array_equal(runs[0].returns, runs[1].returns) and np.array_equal(runs[0].lengths, runs[1].lengths)
 
 
 def test_onnx_without_onnxruntime_is_named_before_loading(saved: dict[str, tuple[str, bool, str | None]],

@@ -367,8 +367,10 @@ def annotate(traces: list[Trace], m: InducedModel, model: Model, codec: StateCod
              expander: Expander) -> list[dict[str, Any]]:
     """The traces as the report's JSON: ``{"probability", "path": [{"state", "action", "pi", "p"}, ...]}``.
 
-    ``expander`` is the run's (its kernel, policy, mode and threshold): it expands the traces' states again to
-    find which action each step took (module docstring). ``p`` is the step's probability in the induced model
+    ``expander`` is the run's (its kernel, policy, mode and threshold; under the Ray driver one built from the
+    run's job, with the same ``policy_dtype``): it expands the traces' states again to find which action each step
+    took (module docstring). Its policy computes in the run's arithmetic (float64 by default), so ``pi`` is the
+    weight the induced model was built with, whichever batch the state is in now. ``p`` is the step's probability in the induced model
     (null on the last state, like ``action`` and ``pi``).
     """
     if not traces:

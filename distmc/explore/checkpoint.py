@@ -196,7 +196,7 @@ class Checkpoint:
 
     @property
     def job(self) -> Job:
-        return Job(**self.meta["job"])
+        return Job(**{"policy_dtype": "float32", **self.meta["job"]})  # before float64 policies: float32
 
     @property
     def level(self) -> int:

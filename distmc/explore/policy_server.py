@@ -36,13 +36,13 @@ class PolicyServer:
         from distmc.policy import load_policy
 
         model = load_model(job.model_path, job.constants)
-        self.policy = load_policy(job.policy, model, job.interface, trust=job.trust_policy)
+        self.policy = load_policy(job.policy, model, job.interface, trust=job.trust_policy, dtype=job.policy_dtype)
 
     def describe(self) -> dict[str, Any]:
         """What a :class:`RemotePolicy` needs to stand in for the replica."""
         p = self.policy
         return {"actions": list(p.actions), "output": p.output, "name": p.name,
-                "device": str(getattr(p, "device", "cpu"))}
+                "device": str(getattr(p, "device", "cpu")), "precision": getattr(p, "precision", "float64")}
 
     def forward(self, states: np.ndarray) -> tuple[np.ndarray, int]:
         """The raw outputs for ``states`` ``[B, V]``, and the network calls they took."""
@@ -64,6 +64,7 @@ class RemotePolicy:
         self.actions: list[str] = info["actions"]
         self.output: str = info["output"]
         self.name: str = f"{info['name']} (served, {info['device']})"
+        self.precision: str = info.get("precision", "float64")  # what the server's replica runs in
         self.forward_passes = 0
         self.seconds = 0.0
 

@@ -117,7 +117,7 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
         self.invalid_action = invalid_action
         self.invalid_penalty = float(invalid_penalty)
         self.render_mode = render_mode
-        self.encode = InputEncoding(iface, model)
+        self.encode = InputEncoding(iface, model, "float32")  # training observations: float32, as SB3 keeps them
         lo, hi = self.encode(model.lo[None, :])[0], self.encode(model.hi[None, :])[0]
         self.observation_space = spaces.Box(np.minimum(lo, hi), np.maximum(lo, hi), dtype=np.float32)
         self.action_space = spaces.Discrete(len(self.dynamics.actions))

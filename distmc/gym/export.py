@@ -4,10 +4,18 @@
 torch 2.x deprecates) and the environment's interface beside it (``trained.json``), which
 :func:`distmc.policy.load_policy` finds on its own: no hand-written interface file, and no unpickling when the
 policy is verified.
+
+It then loads the file as ``distmc run`` will, in float64 (:mod:`distmc.policy.batched`), and checks that it
+computes what the network computes in float64 on states of the model (to 1e-12 relative): the verified numbers
+are the trained network's, with no float32 rounding that depends on the machine. A network whose own code
+computes in float32 (a cast in ``forward``) is written all the same, with a warning: distmc verifies it in float32
+and its report says so.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +25,8 @@ from distmc.errors import PolicyError
 from distmc.gym.env import PrismEnv
 
 __all__ = ["export_policy"]
+
+log = logging.getLogger(__name__)
 
 
 #: What :func:`export_policy` writes: a ``torch.export`` program (``.pt2``) or TorchScript.
@@ -77,7 +87,33 @@ def export_policy(policy: Any, path: str | Path, env: PrismEnv, *, output: str |
     else:
         program.save(str(p))
     iface = env.save_interface(p.with_suffix(".json"), output=output)
+    _check_float64(net, p, iface, env)
     return p, iface
+
+
+def _check_float64(net: Any, path: Path, iface: Path, env: PrismEnv) -> None:
+    """The saved policy, loaded as distmc loads it, computes what ``net`` computes in float64 (module docstring)."""
+    import torch
+
+    from distmc.policy import load_policy
+    from distmc.policy.interface import InputEncoding
+
+    model = env.model
+    policy: Any = load_policy(str(path), model, iface)
+    if policy.precision != "float64":
+        log.warning("export_policy: %s; its bounds will cover the checker's error only", policy.precision_note)
+        return
+    states = np.random.default_rng(0).integers(model.lo, model.hi + 1, size=(64, len(model.variables)))
+    try:
+        with torch.inference_mode():
+            want = copy.deepcopy(net).double()(torch.from_numpy(InputEncoding(policy.interface, model)(states)))
+    except Exception:  # noqa: BLE001 - the network's own code does not run in float64: nothing to compare with
+        return
+    got = policy.forward(states)
+    scale = float(np.abs(want.numpy()).max()) or 1.0
+    if want.dtype != torch.float64 or not np.allclose(got, want.numpy(), rtol=0, atol=1e-12 * scale):
+        raise PolicyError(f"export_policy: {path}, run in float64 as distmc runs it, does not reproduce the network "
+                          f"in float64 (largest difference {float(np.abs(got - want.numpy()).max()):.3g})")
 
 
 def _export(net: Any, sample: Any) -> tuple[Any, Any]:

@@ -18,6 +18,9 @@ Formats (detected from the spec and the file's content, never from running it):
 
 The interface (features, actions, output, scale, architecture) comes from ``interface``, else from the file saved
 beside the policy (:func:`find_interface`), else the defaults (every variable, every action label).
+
+Every network runs in float64 unless ``dtype="float32"`` (``--policy-dtype``), whatever its format; a policy's
+``precision`` says what it ran in (:mod:`distmc.policy.batched`).
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ from pathlib import Path
 from distmc.errors import PolicyError
 from distmc.model.program import Model
 from distmc.policy.base import Policy, action_distribution
-from distmc.policy.interface import Interface, load_interface
+from distmc.policy.interface import DTYPES, Interface, check_dtype, load_interface
 from distmc.policy.torchscript import TorchScriptPolicy
 from distmc.policy.uniform import UniformPolicy
 
 __all__ = [
+    "DTYPES",
     "Interface",
     "Policy",
     "TorchScriptPolicy",
@@ -113,7 +117,8 @@ def require_packages(spec: str | None) -> None:
         require("onnxruntime", f"{spec}: an ONNX policy")
 
 
-def load_policy(spec: str | None, model: Model, interface: str | Path | None = None, *, trust: bool = False) -> Policy:
+def load_policy(spec: str | None, model: Model, interface: str | Path | None = None, *, trust: bool = False,
+                dtype: str = "float64") -> Policy:
     """Load the policy ``spec`` names (see the module docstring for the formats).
 
     Args:
@@ -122,7 +127,10 @@ def load_policy(spec: str | None, model: Model, interface: str | Path | None = N
         interface: the interface file (default: the one beside the policy file, else the defaults).
         trust: allow formats whose loading executes code stored in the file (SB3 ``.zip``; a ``.pt2`` archive
             with pickled parts).
+        dtype: the network's arithmetic, ``"float64"`` (default) or ``"float32"``
+            (:mod:`distmc.policy.batched`); the policy's ``precision`` says what it runs in.
     """
+    check_dtype(dtype)
     fmt = detect_format(spec)
     if fmt == "shielded":  # the manifest names the base policy and its interface
         from distmc.policy.shielded import ShieldedPolicy
@@ -135,23 +143,23 @@ def load_policy(spec: str | None, model: Model, interface: str | Path | None = N
         return UniformPolicy(iface.actions)
     assert spec is not None
     if fmt == "callable":
-        from distmc.policy.callable import CallablePolicy
+        from distmc.policy.callable import callable_policy
 
-        return CallablePolicy(spec, iface, model)
+        return callable_policy(spec, iface, model, dtype)
     if fmt == "sb3":
         from distmc.policy.sb3 import SB3Policy
 
-        return SB3Policy(spec, iface, model, trust=trust)
+        return SB3Policy(spec, iface, model, trust=trust, dtype=dtype)
     if fmt == "pt2":
         from distmc.policy.exported import ExportedPolicy
 
-        return ExportedPolicy(spec, iface, model, trust=trust)
+        return ExportedPolicy(spec, iface, model, trust=trust, dtype=dtype)
     if fmt == "onnx":
         from distmc.policy.onnx import OnnxPolicy
 
-        return OnnxPolicy(spec, iface, model)
+        return OnnxPolicy(spec, iface, model, dtype)
     if fmt == "torchscript":
-        return TorchScriptPolicy(spec, iface, model)
+        return TorchScriptPolicy(spec, iface, model, dtype=dtype)
     from distmc.policy.statedict import StateDictPolicy
 
-    return StateDictPolicy(spec, iface, model)
+    return StateDictPolicy(spec, iface, model, dtype=dtype)

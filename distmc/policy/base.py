@@ -16,7 +16,7 @@ import numpy as np
 
 from distmc.errors import PolicyError
 
-__all__ = ["NORMALISED_TOL", "Policy", "action_distribution"]
+__all__ = ["NORMALISED_TOL", "Policy", "action_distribution", "policy_precision"]
 
 #: How far a row of probabilities may sum from 1 (float32 softmax rounding stays far below this).
 NORMALISED_TOL = 1e-4
@@ -30,6 +30,9 @@ class Policy(Protocol):
         actions: action labels, one per output column, in the policy's order (ties of argmax go to the first).
         output: ``"probabilities"`` or ``"logits"``.
         name: a short description for reports.
+
+    A policy may also say which arithmetic it runs in, ``precision`` (``"float64"`` or ``"float32"``,
+    :func:`policy_precision`); the report names it.
     """
 
     actions: list[str]
@@ -39,6 +42,11 @@ class Policy(Protocol):
     def forward(self, states: np.ndarray) -> np.ndarray:
         """``states`` ``[B, V]`` int64 -> raw outputs ``[B, len(actions)]`` (one batched call, never per state)."""
         ...
+
+
+def policy_precision(policy: object) -> str | None:
+    """The arithmetic ``policy`` runs in (its ``precision``: ``"float64"`` or ``"float32"``); None for no policy."""
+    return None if policy is None else str(getattr(policy, "precision", "float64"))
 
 
 def action_distribution(

@@ -10,6 +10,10 @@ archive with any is loaded only with ``trust=True`` (``--trust-policy``), like a
 The program is run as its ``module()`` in the fixed-shape batches of :class:`~distmc.policy.batched.TorchPolicy`:
 the same kernels as the TorchScript of the same network, so the same outputs, bit for bit. A program exported
 with a fixed batch size other than :data:`~distmc.policy.batched.BATCH` is run in pieces of its own size.
+
+float64 (the default, ``--policy-dtype``): the module's parameters and buffers are converted, and so is every
+float32 that its graph names as a constant argument (the input's recorded dtype that the program asserts, a cast
+``x.float()`` became), so that the whole graph computes in float64 (:func:`retype_graph`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ import numpy as np
 
 from distmc.errors import PolicyError
 from distmc.model.program import Model
-from distmc.policy.batched import TorchPolicy, in_fixed_batches, policy_file
+from distmc.policy.batched import TorchPolicy, in_fixed_batches, policy_file, torch_dtype
 from distmc.policy.interface import Interface
 
-__all__ = ["ExportedPolicy", "is_pt2", "pickled_parts"]
+__all__ = ["ExportedPolicy", "is_pt2", "pickled_parts", "retype_graph"]
 
 
 def _prefix(names: list[str]) -> str | None:
@@ -75,15 +79,41 @@ def pickled_parts(path: str | Path) -> list[str]:
     return out
 
 
+def retype_graph(module: Any, dtype: Any) -> Any:
+    """``module`` (a ``torch.fx.GraphModule``) computing in ``dtype``, converted in place.
+
+    Its floating parameters and buffers, and every floating dtype its graph names as an argument (``torch.float32``,
+    ``torch.float64``, half types), become ``dtype``.
+    """
+    import torch
+
+    floating = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+
+    def swap(v: Any) -> Any:
+        if isinstance(v, torch.dtype) and v in floating:
+            return dtype
+        if isinstance(v, (list, tuple)):
+            return type(v)(swap(a) for a in v)
+        if isinstance(v, dict):
+            return {k: swap(a) for k, a in v.items()}
+        return v
+
+    module = module.to(dtype)
+    for node in module.graph.nodes:
+        node.args, node.kwargs = swap(node.args), swap(node.kwargs)
+    module.recompile()
+    return module
+
+
 class ExportedPolicy(TorchPolicy):
     """A ``torch.export`` program (``.pt2``) evaluated in batches."""
 
     def __init__(self, path: str | Path, interface: Interface, model: Model, device: str | None = None, *,
-                 trust: bool = False) -> None:
+                 trust: bool = False, dtype: str = "float64") -> None:
         import torch
 
         self.path = policy_file(path)
-        super().__init__(str(self.path), self.path.name, interface, model, device)
+        super().__init__(str(self.path), self.path.name, interface, model, device, dtype)
         risky = pickled_parts(self.path)
         if risky and not trust:
             raise PolicyError(
@@ -108,8 +138,13 @@ class ExportedPolicy(TorchPolicy):
 
     def _ready(self) -> None:
         # An exported module is already in the mode it was exported in (eval() is not allowed on it).
+        self._convert(torch_dtype(self.dtype))
+        self._settle()
         if self.device == "cpu":
             self._choose_threads(len(self.columns))
+
+    def _convert(self, dtype: Any) -> None:
+        self.net = retype_graph(self.net, dtype)
 
     def _call(self, chunk: np.ndarray) -> np.ndarray:
         run: Any = super()._call

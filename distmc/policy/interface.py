@@ -27,7 +27,18 @@ import numpy as np
 from distmc.errors import PolicyError
 from distmc.model.program import Model
 
-__all__ = ["Interface", "InputEncoding", "check_interface", "interface_dict", "load_interface"]
+__all__ = ["DTYPES", "Interface", "InputEncoding", "check_interface", "check_dtype", "interface_dict",
+           "load_interface"]
+
+#: The arithmetic a policy can run in (``--policy-dtype``): float64, the default, or float32.
+DTYPES = ("float64", "float32")
+
+
+def check_dtype(dtype: str) -> str:
+    """``dtype`` if it is one of :data:`DTYPES`, else a :class:`PolicyError`."""
+    if dtype not in DTYPES:
+        raise PolicyError(f"--policy-dtype must be float64 or float32, not '{dtype}'")
+    return dtype
 
 
 @dataclass
@@ -42,20 +53,23 @@ class Interface:
 
 
 class InputEncoding:
-    """What a network sees of a state: the interface's features, in order, as float32, times their scale.
+    """What a network sees of a state: the interface's features, in order, times their scale, in ``dtype``.
 
-    The one place this is computed: verification (:class:`~distmc.policy.batched.BatchedPolicy`) and training
-    (:class:`~distmc.gym.PrismEnv`) must feed a network the same numbers.
+    The one place this is computed: verification (:class:`~distmc.policy.batched.BatchedPolicy`, float64 by
+    default: the value times the scale as read from the interface, one rounding) and training
+    (:class:`~distmc.gym.PrismEnv`, float32 observations) must feed a network the same numbers. In float32 the
+    value and the scale are each rounded to float32 first, as before float64 policies existed.
     """
 
-    def __init__(self, interface: Interface, model: Model) -> None:
+    def __init__(self, interface: Interface, model: Model, dtype: str = "float64") -> None:
         cols = {v.name: i for i, v in enumerate(model.variables)}
+        self.dtype = np.dtype(check_dtype(dtype))
         self.columns = np.array([cols[f] for f in interface.features], dtype=np.int64)
-        self.scale = np.array([interface.scale.get(f, 1.0) for f in interface.features], dtype=np.float32)
+        self.scale = np.array([interface.scale.get(f, 1.0) for f in interface.features], dtype=self.dtype)
 
     def __call__(self, states: np.ndarray) -> np.ndarray:
-        """Inputs ``[B, F]`` float32 of states ``[B, V]`` int64."""
-        return states[:, self.columns].astype(np.float32) * self.scale
+        """Inputs ``[B, F]`` (``dtype``) of states ``[B, V]`` int64."""
+        return states[:, self.columns].astype(self.dtype) * self.scale
 
 
 def load_interface(path: str | Path | None, model: Model) -> Interface:

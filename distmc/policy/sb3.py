@@ -89,7 +89,9 @@ def load_sb3(path: str | Path, *, trust: bool, device: str = "cpu") -> Any:
 def actor_module(algo_model: Any) -> Any:
     """The network of an SB3 PPO/A2C/DQN/MaskablePPO model as a plain torch module: observations ``[B, F]`` -> ``[B, A]``.
 
-    PPO/A2C/MaskablePPO give the action logits, DQN the Q-values (see the module docstring).
+    PPO/A2C/MaskablePPO give the action logits, DQN the Q-values (see the module docstring). The observations are
+    used in the dtype they come in (SB3 casts them to float32; distmc feeds the actor's own dtype, float64 unless
+    ``--policy-dtype float32``), so the module converts with ``.to(dtype)`` and exports without a cast.
     """
     import torch
     from gymnasium import spaces
@@ -113,7 +115,7 @@ def actor_module(algo_model: Any) -> Any:
                 self.head = policy.action_net
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            z = self.extractor(x.float())
+            z = self.extractor(x)
             if self.latent is not None:
                 z = self.latent(z)
             return self.head(z)
@@ -129,10 +131,10 @@ class SB3Policy(TorchPolicy):
     """
 
     def __init__(self, path: str | Path, interface: Interface, model: Model, *, trust: bool = False,
-                 device: str | None = None) -> None:
+                 device: str | None = None, dtype: str = "float64") -> None:
         self.path = Path(path)
         iface = dataclasses.replace(interface, output="logits")
-        super().__init__(str(self.path), self.path.name, iface, model, device)
+        super().__init__(str(self.path), self.path.name, iface, model, device, dtype)
         algo_model = load_sb3(self.path, trust=trust, device=self.device)
         self.algorithm = type(algo_model).__name__
         self.name = f"{self.path.name} ({self.algorithm})"

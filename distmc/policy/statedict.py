@@ -10,7 +10,8 @@ never code. The network is rebuilt from the interface's ``architecture`` object:
       "prefix": ""                    # where the layers sit in the state_dict, e.g. "body." (other keys ignored)
     }
 
-The rebuilt network is ``torch.nn.Sequential(Linear, act, Linear, act, ..., Linear[, Softmax])``, so the
+The rebuilt network is ``torch.nn.Sequential(Linear, act, Linear, act, ..., Linear[, Softmax])`` (its weights
+upcast to float64 unless ``--policy-dtype float32``), so the
 ``state_dict`` keys it loads are ``{prefix}0.weight``, ``{prefix}0.bias``, ``{prefix}2.weight``, ...: what
 ``torch.nn.Sequential`` of the same layers saves. Every expected key must be present with its shape.
 """
@@ -64,11 +65,12 @@ def build_network(arch: dict[str, Any], n_in: int, n_out: int, where: str = "arc
 class StateDictPolicy(TorchPolicy):
     """A network rebuilt from the interface's ``architecture`` with weights from a ``state_dict`` file."""
 
-    def __init__(self, path: str | Path, interface: Interface, model: Model, device: str | None = None) -> None:
+    def __init__(self, path: str | Path, interface: Interface, model: Model, device: str | None = None,
+                 dtype: str = "float64") -> None:
         import torch
 
         self.path = policy_file(path)
-        super().__init__(str(self.path), self.path.name, interface, model, device)
+        super().__init__(str(self.path), self.path.name, interface, model, device, dtype)
         try:
             state = torch.load(str(self.path), map_location=self.device, weights_only=True)
         except Exception as exc:  # noqa: BLE001 - corrupt, or pickled code that weights_only refuses

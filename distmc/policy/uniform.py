@@ -12,6 +12,8 @@ class UniformPolicy:
 
     output = "logits"  # equal scores: softmax over the enabled actions gives exactly 1/k each
     name = "uniform"
+    precision = "float64"  # 1/k, computed by action_distribution in float64 whatever --policy-dtype says
+    precision_note = ""
 
     def __init__(self, actions: list[str]) -> None:
         self.actions = list(actions)

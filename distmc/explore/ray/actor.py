@@ -20,6 +20,7 @@ from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak
 from distmc.explore.ray.exchange import OCC_SHIFT, _at_least, _first_occurrences, _from_arrow, _to_arrow, owner_of
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
+from distmc.policy.base import policy_precision
 
 __all__ = ["PartitionActor"]
 
@@ -117,7 +118,7 @@ class PartitionActor:
         self.part: Any = None  # this worker's part of the induced DTMC for the distributed check
         self.peers: list[Any] = []
         self.status = ""
-        self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "exchange_s": 0.0,
+        self.stats: dict[str, Any] = {"policy_dtype": policy_precision(self.expander.policy), "expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "exchange_s": 0.0,
                                       "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
                                       "checkpoint_bytes": 0}
