@@ -154,11 +154,19 @@ def _bounded_globally(text: str) -> str:
         elif op == "[":
             lo, _, hi = bound.partition(",")
             new = (f"({phi}) U[({hi.strip()})+1, ({hi.strip()})+1] true" if lo.strip() == "0"
-                   else f"!(F[{bound}] !({phi}))")
+                   else f"!(F[{bound}] {_negate(phi)})")
         else:
-            new = f"!(F{op}{bound} !({phi}))"
+            new = f"!(F{op}{bound} {_negate(phi)})"
         text = text[: m.start()] + new + text[end:]
     return text
+
+
+def _negate(phi: str) -> str:
+    """``!(phi)``, or the operand of ``phi = !psi`` (Storm's LTL takes ``!(!psi)`` for an unknown label)."""
+    rest = phi[1:].strip() if phi.startswith("!") else ""
+    if rest and all(len(split_top(rest, op)) == 1 for op in "&|=<>"):
+        return rest
+    return f"!({phi})"
 
 
 def _unknown_names(text: str, model: Model) -> list[str]:
