@@ -24,7 +24,7 @@ from distmc.assemble.reducer import LABEL_CHUNK, InducedModel
 from distmc.check.checker import check
 from distmc.check.properties import PropertySet, PropertySpec
 from distmc.check.result import CheckResult, Precision, decide
-from distmc.errors import DistmcError, ResourceLimitError
+from distmc.errors import DistmcError, PropertyError, ResourceLimitError
 from distmc.model.packing import StateCodec
 
 __all__ = ["EXACT_TIMEOUT_S", "check_native_result", "check_properties", "single_property_states"]
@@ -53,15 +53,23 @@ def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Pr
         name = str(spec.reward_name)
         model = dataclasses.replace(induced, rewards={name: induced.rewards[name]})
     value = check_native(model, spec, precision=precision.eps, progress=progress)
+    if isinstance(value, dict) and spec.filter in ("min", "max"):  # a range over several initial states
+        value = value[spec.filter]
+    elif isinstance(value, dict) and spec.filter in ("avg", "sum", "first", "count"):
+        raise PropertyError(f"the native checker answers filter({spec.filter}, ...) over one initial state only: "
+                            f"use --checker storm")
     vals = [value] if not isinstance(value, dict) else [value["min"], value["max"]]
     bounds: Any = None
     if spec.solution == "sound":
         iv = [precision.interval(v, spec.operator == "P") for v in vals]
         bounds = iv[0] if not isinstance(value, dict) else {"min": iv[0], "max": iv[1]}
     truth = decided = None
+    if spec.filter == "count" and spec.threshold is not None:  # one initial state: 1 or 0
+        return CheckResult(value=float(decide(vals, spec.threshold)), method=spec.solution, checker="native")
     if spec.threshold is not None:
-        truth = decide(vals, spec.threshold)
-        if bounds is not None:
+        truth = decide(vals, spec.threshold) if spec.filter != "exists" else any(decide([v], spec.threshold)
+                                                                                  for v in vals)
+        if bounds is not None and not (spec.filter == "exists" and isinstance(value, dict)):
             lo, hi = (bounds if not isinstance(bounds, dict) else
                       bounds["min" if spec.threshold[0].startswith(">") else "max"])
             decided = decide([lo], spec.threshold) == decide([hi], spec.threshold)
