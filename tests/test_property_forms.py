@@ -123,8 +123,9 @@ def exact(path: Path, prop: str, constants: str | None = None, dtmc: bool = Fals
         prog, _ = stormpy.instantiate_constants(prog, constants)
     (p,) = stormpy.parse_properties(prop, prog)
     model = stormpy.build_model[stormpy.Rational](prog, [p])
-    r = stormpy.model_checking(model, p.get_raw_formula(), only_initial_states=True,
-                               environment=stormpy.environments.exact())
+    r = stormpy.model_checking(
+        model, p.get_raw_formula(), only_initial_states=True, environment=stormpy.environments.exact()
+    )
     return [Fraction(str(r.get_value(s))) for s in model.initial_states]
 
 
@@ -132,14 +133,19 @@ def close(value: Any, q: Fraction, rel: float = 1e-9) -> bool:
     return abs(Fraction(value) - q) <= Fraction(rel) * max(1, abs(q))
 
 
-@pytest.mark.parametrize(("text", "constants", "props"), [
-    (QUEUE, "K=5", ['S=? ["full"]', 'LRA=? ["full"]', 'R{"len"}=? [S]', 'R{"len"}=? [LRA]']),
-    (QUEUE, "K=60", ['S=? [q>=30]', 'R{"len"}=? [S]']),
-    (TANDEM, "C=6", ['S=? ["full"]', 'R{"len"}=? [S]']),
-    (BRANCHES, None, ['S=? ["a"]', 'R{"r"}=? [S]', "S=? [s=1]"]),
-], ids=["queue", "queue60", "tandem", "branches"])
-def test_long_run_on_chains_with_nontrivial_bottom_sccs(tmp_path: Path, text: str, constants: str | None,
-                                                        props: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("text", "constants", "props"),
+    [
+        (QUEUE, "K=5", ['S=? ["full"]', 'LRA=? ["full"]', 'R{"len"}=? [S]', 'R{"len"}=? [LRA]']),
+        (QUEUE, "K=60", ["S=? [q>=30]", 'R{"len"}=? [S]']),
+        (TANDEM, "C=6", ['S=? ["full"]', 'R{"len"}=? [S]']),
+        (BRANCHES, None, ['S=? ["a"]', 'R{"r"}=? [S]', "S=? [s=1]"]),
+    ],
+    ids=["queue", "queue60", "tandem", "branches"],
+)
+def test_long_run_on_chains_with_nontrivial_bottom_sccs(
+    tmp_path: Path, text: str, constants: str | None, props: list[str]
+) -> None:
     # Storm's interval iteration cannot solve these chains' long-run equations (it raised UnmetRequirementException)
     path = write(tmp_path, "chain.prism", text)
     report = verify(path, None, props=props, constants=constants)
@@ -161,8 +167,9 @@ def test_long_run_under_a_policy(tmp_path: Path) -> None:
         assert report.induced == "dtmc" and close(report.result, q), (prop, report.result, float(q))  # type: ignore[union-attr,arg-type]
 
 
-def test_long_run_beyond_elimination_uses_storms_long_run_iteration(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_run_beyond_elimination_uses_storms_long_run_iteration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # larger chains are solved by Storm's sound long-run value iteration, which stops at 1e-6 relative
     monkeypatch.setattr(checker, "LRA_ELIMINATION_MAX_STATES", 10)
     path = write(tmp_path, "tandem.prism", TANDEM)
@@ -180,18 +187,22 @@ def test_long_run_on_a_bundled_model(tmp_path: Path) -> None:
     assert close(report.result, q)  # type: ignore[union-attr,arg-type]
 
 
-@pytest.mark.parametrize(("prop", "reference", "mode"), [
-    ("P=? [G<=8 !(hit=true)]", ("P=? [F<=8 hit]", True), "stochastic"),
-    ("P=? [G<=8 !hit]", ("P=? [F<=8 hit]", True), "stochastic"),
-    ("P=? [G<5 !hit]", ("P=? [F<=4 hit]", True), "stochastic"),
-    ("P=? [G[0,6] x<3]", ("P=? [F<=6 x=3]", True), "stochastic"),
-    ('P>=0.01 [G<=8 !hit]', ("P=? [F<=8 hit]", True), "stochastic"),
-    ("Pmin=? [G<=8 !hit]", ("Pmax=? [F<=8 hit]", True), "monolithic"),
-    ("Pmax=? [G<=3 !hit]", ("Pmin=? [F<=3 hit]", True), "monolithic"),
-    ("Pmin=? [G[2,6] !hit]", ("Pmin=? [!(F[2,6] hit)]", False), "monolithic"),
-])
-def test_bounded_globally_over_prism_formulas(tmp_path: Path, prop: str, reference: tuple[str, bool],
-                                             mode: str) -> None:
+@pytest.mark.parametrize(
+    ("prop", "reference", "mode"),
+    [
+        ("P=? [G<=8 !(hit=true)]", ("P=? [F<=8 hit]", True), "stochastic"),
+        ("P=? [G<=8 !hit]", ("P=? [F<=8 hit]", True), "stochastic"),
+        ("P=? [G<5 !hit]", ("P=? [F<=4 hit]", True), "stochastic"),
+        ("P=? [G[0,6] x<3]", ("P=? [F<=6 x=3]", True), "stochastic"),
+        ("P>=0.01 [G<=8 !hit]", ("P=? [F<=8 hit]", True), "stochastic"),
+        ("Pmin=? [G<=8 !hit]", ("Pmax=? [F<=8 hit]", True), "monolithic"),
+        ("Pmax=? [G<=3 !hit]", ("Pmin=? [F<=3 hit]", True), "monolithic"),
+        ("Pmin=? [G[2,6] !hit]", ("Pmin=? [!(F[2,6] hit)]", False), "monolithic"),
+    ],
+)
+def test_bounded_globally_over_prism_formulas(
+    tmp_path: Path, prop: str, reference: tuple[str, bool], mode: str
+) -> None:
     # Storm's parser has no step-bounded G, and `hit` is a PRISM formula, not a variable
     path = write(tmp_path, "walk.prism", WALK)
     report = verify(path, prop, mode=mode)
@@ -210,12 +221,15 @@ def test_unknown_names_beside_formulas_are_named(tmp_path: Path) -> None:
         verify(path, "P=? [G<=8 !(hit | nothere)]")
 
 
-@pytest.mark.parametrize(("prop", "reference"), [
-    ('Pmin=? [F{"time"}<=5 hit]', None),
-    ('Pmin=? [F^{rew{"time"}<=5} hit]', 'Pmin=? [F{"time"}<=5 hit]'),
-    ('Pmax=? [F{"cost"}<=4 "near"]', None),
-    ('Pmax=? [x<2 U{"cost"}<=3 hit]', None),
-])
+@pytest.mark.parametrize(
+    ("prop", "reference"),
+    [
+        ('Pmin=? [F{"time"}<=5 hit]', None),
+        ('Pmin=? [F^{rew{"time"}<=5} hit]', 'Pmin=? [F{"time"}<=5 hit]'),
+        ('Pmax=? [F{"cost"}<=4 "near"]', None),
+        ('Pmax=? [x<2 U{"cost"}<=3 hit]', None),
+    ],
+)
 def test_reward_bounded_path_formulas(tmp_path: Path, prop: str, reference: str | None) -> None:
     path = write(tmp_path, "walk.prism", WALK)
     # monolithic: the MDP itself, with the structure only the bound names
@@ -292,8 +306,13 @@ def test_filters_distmc_does_not_answer_are_refused(tmp_path: Path) -> None:
 
 def test_constants_of_a_properties_file(tmp_path: Path) -> None:
     path = write(tmp_path, "walk.prism", WALK)
-    props = ["const int B;", "const double q = 0.5;", '"g": P=? [G<=B !hit]', 'P>=q [F<=B "near"]',
-             'filter(max, P=? [F<=B hit], "init")']
+    props = [
+        "const int B;",
+        "const double q = 0.5;",
+        '"g": P=? [G<=B !hit]',
+        'P>=q [F<=B "near"]',
+        'filter(max, P=? [F<=B hit], "init")',
+    ]
     report = verify(path, None, props=props, constants="B=5")
     g, near, hit = report.results  # type: ignore[union-attr]
     (q,) = exact(path, "P=? [F<=5 hit]", dtmc=True)
