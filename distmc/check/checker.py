@@ -204,6 +204,8 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
     complement = isinstance(spec.formula.subformula, stormpy.logic.GloballyFormula)  # Storm: G phi = 1 - F !phi
     parts: dict[str, Any] = {}
     value_filter = spec.filter if spec.filter in VALUE_FILTERS else None
+    lo: np.ndarray | None
+    hi: np.ndarray | None
     for d, g in got.items():
         vals = g["values"]
         if p.exact and value_filter not in (None, "range"):  # the filter's value as a rational, then its floats
@@ -310,11 +312,13 @@ def check_values(storm_model: Any, spec: PropertySpec, kind: str,
     "value_max": [N]}``. Storm computes every state's value for the initial states' anyway (all states are
     reachable from them), so asking for the whole vector costs no second check.
     """
+    op = spec.filter if spec.filter in VALUE_FILTERS else None  # filter(max, ..., "init"): one value
     if kind == "dtmc" or spec.has_direction:
         vec = value_vector(storm_model, spec.formula)
-        vals = vec[initial]
-        return (float(vals[0]) if vals.shape[0] == 1 else {"min": float(vals.min()), "max": float(vals.max())}), {
-            "value": vec}
+        return summarise(vec[initial], None, None, op)[0], {"value": vec}
     lo = value_vector(storm_model, spec.with_direction("min"))
     hi = value_vector(storm_model, spec.with_direction("max"))
+    if op not in (None, "range"):
+        lo_v, hi_v = summarise(lo[initial], None, None, op)[0], summarise(hi[initial], None, None, op)[0]
+        return {"min": float(lo_v), "max": float(hi_v)}, {"value_min": lo, "value_max": hi}  # type: ignore[arg-type]
     return {"min": float(lo[initial].min()), "max": float(hi[initial].max())}, {"value_min": lo, "value_max": hi}
