@@ -256,6 +256,15 @@ def test_reward_bounds_beside_properties_that_keep_the_target_expanded_are_refus
         verify(path, 'P=? [!"near" U{"time"}<=4 hit]')  # a compound left side: Storm's builder keeps all states
 
 
+def test_reward_bounded_reachability_on_a_bundled_mdp() -> None:
+    # csma2-2's "time" is a reward structure only the bound names
+    path = STORM_FILES / "mdp" / "csma2-2.nm"
+    for prop in ('Pmin=? [F{"time"}<=100 "all_delivered"]', 'Pmax=? [F^{rew{"time"}<=100} "all_delivered"]'):
+        report = verify(path, prop, mode="monolithic")
+        (q,) = exact(path, prop)
+        assert close(report.result, q), (prop, report.result, float(q))  # type: ignore[union-attr,arg-type]
+
+
 def test_reward_bound_of_an_unknown_structure_is_named(tmp_path: Path) -> None:
     path = write(tmp_path, "walk.prism", WALK)
     with pytest.raises(PropertyError):
@@ -277,6 +286,8 @@ def test_filters_over_the_initial_states(tmp_path: Path) -> None:
         lo, hi = report.bounds  # type: ignore[misc,union-attr]
         assert Fraction(lo) <= q <= Fraction(hi)
         assert report.results[0]["property"] == f'filter({op}, R=? [F "stable"], "init")'  # type: ignore[union-attr]
+    values_run = verify(path, 'filter(avg, R=? [F "stable"], "init")', values=str(tmp_path / "v.parquet"))
+    assert close(values_run.result, want["avg"])  # type: ignore[union-attr,arg-type]
     r = verify(path, 'filter(range, R=? [F "stable"], "init")')
     assert r.result == plain.result  # type: ignore[union-attr]
     # truth values over the initial states: Storm's P>=p per initial state
