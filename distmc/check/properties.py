@@ -169,11 +169,16 @@ def _negate(phi: str) -> str:
     return f"!({phi})"
 
 
+def _names(model: Model) -> set[str]:
+    """The identifiers a property may use: variables, constants and PRISM formulas."""
+    return ({v.name for v in model.variables} | {c.name for c in model.program.constants}
+            | {v.name for v in model.program.expression_manager.get_variables()})
+
+
 def _unknown_names(text: str, model: Model) -> list[str]:
     """Identifiers in ``text`` (outside quoted labels and reward names) that the model does not define."""
     bare = re.sub(r'"[^"]*"', " ", text)
-    known = ({v.name for v in model.variables} | {c.name for c in model.program.constants}
-             | {v.name for v in model.program.expression_manager.get_variables()})  # PRISM formulas too
+    known = _names(model)
     return sorted({w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", bare) if w not in known | _KEYWORDS})
 
 
@@ -324,7 +329,7 @@ def parse_property(text: str, model: Model, name: str | None = None) -> Property
                 f"(labels: {', '.join(sorted(model.labels)) or 'none'})"
             )
     filter_op, inner = _split_filter(text)
-    work = _bounded_globally(inner)
+    work = inner if "G" in _names(model) else _bounded_globally(inner)  # a variable G: as Storm reads it
     original = _parse(work, model)
     operator = next((op for cls, op in _OPERATORS if isinstance(original, cls)), None)
     if operator is None:
@@ -585,7 +590,8 @@ def parse_properties(text: str, model: Model, constants: dict[str, str] | None =
         one = parse_property(named.group(2), model, named.group(1)) if named else parse_property(props[0], model)
         _check_reward_bounded([one])
         return PropertySet([one])
-    parsed = _parse_all(";\n".join(_bounded_globally(s) for s in statements), model)
+    rewrite = (lambda s: s) if "G" in _names(model) else _bounded_globally
+    parsed = _parse_all(";\n".join(rewrite(s) for s in statements), model)
     if len(parsed) != len(props):
         raise PropertyError(f"expected {len(props)} properties in '{text}', Storm read {len(parsed)}")
     specs = []
