@@ -424,7 +424,7 @@ class _Run:
 
         return check_properties(self.parts.props, induced, checkers, self.prec, storm_model,
                                 EXACT_TIMEOUT_S if left is None else max(1.0, min(EXACT_TIMEOUT_S, left)),
-                                progress=clock.detail)
+                                progress=clock.detail, codec=self.parts.codec)
 
     def common(self, stats: dict[str, float], worker_stats: list[dict[str, Any]],
                timings: dict[str, float]) -> dict[str, Any]:

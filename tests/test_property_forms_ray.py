@@ -22,7 +22,7 @@ CASES = [
         "reward-bounded",
         WALK,
         None,
-        ['P=? [F{"time"}<=5 hit]', 'P=? [F^{rew{"time"}<=5} hit]', 'R{"cost"}=? [F hit]'],
+        ['P=? [F{"time"}<=5 hit]', 'P=? [F^{rew{"time"}<=5} hit]', 'R{"cost"}=? [F hit]', 'S=? ["near"]'],
         True,
     ),
     (
