@@ -153,8 +153,9 @@ def test_long_run_on_chains_with_nontrivial_bottom_sccs(
         (q,) = exact(path, prop, constants)
         assert entry["method"] == "other" and entry["bounds"] is None
         assert close(entry["value"], q), (prop, entry["value"], float(q))
-    # a threshold on the long-run value
+    # a threshold on the long-run value, and --values (every state's value, from the same method)
     (q,) = exact(path, props[0], constants)
+    assert close(verify(path, props[0], constants=constants, values=str(tmp_path / "v.parquet")).result, q)  # type: ignore[union-attr,arg-type]
     got = verify(path, props[0].replace("=?", f">={float(q) * 0.99}"), constants=constants)
     assert got.truth is True  # type: ignore[union-attr]
 

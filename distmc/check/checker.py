@@ -115,6 +115,12 @@ def long_run_fallback(n_states: int, precision: Precision | None = None) -> Any:
     return env
 
 
+def _is_long_run(formula: Any) -> bool:
+    """Whether ``formula`` is a long-run average (``S``/``LRA`` of a state formula, or ``R=? [S]``)."""
+    return isinstance(formula, stormpy.logic.LongRunAverageOperatorFormula) or isinstance(
+        getattr(formula, "subformula", None), stormpy.logic.LongRunAverageRewardFormula)
+
+
 def _needs_fallback(exc: PropertyError) -> bool:
     return "UnmetRequirementException" in str(exc)
 
@@ -136,7 +142,7 @@ def value_vector(storm_model: Any, formula: Any) -> np.ndarray:
     The MOSAIC front end's (:mod:`distmc.abstract.mdp`) check, left with the min-max settings it was written and
     measured with (``environment(sound_mdp=False)``).
     """
-    env = environment(sound_mdp=False)
+    env = environment(long_run=_is_long_run(formula), sound_mdp=False)
     try:
         result = _model_check(storm_model, formula, False, env)
     except PropertyError as exc:
@@ -186,7 +192,7 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
     :func:`environment`'s (for benchmarks; the bounds then state what ``precision`` would guarantee).
     """
     p = precision or Precision()
-    long_run = spec.operator == "LRA" or isinstance(spec.formula.subformula, stormpy.logic.LongRunAverageRewardFormula)
+    long_run = _is_long_run(spec.formula)
     if env is None:
         env = stormpy.environments.exact() if p.exact else environment(p, long_run)
     single = kind == "dtmc" or spec.has_direction
