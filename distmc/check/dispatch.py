@@ -146,7 +146,7 @@ def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], p
                codec: StateCodec | None = None) -> list[CheckResult]:
     out: list[CheckResult | None] = [None] * len(props.specs)
     copies = {i: c for i, s in enumerate(props.specs) if checkers[i] != "native" and s.bound_rewards
-              and codec is not None and (c := absorbing(induced, _terminal_states(induced, s, codec))) is not None}
+              and codec is not None and (c := absorbing(induced, _terminal_states(induced, s, codec, True))) is not None}
     order = sorted(range(len(props.specs)), key=lambda i: (checkers[i] != "native", i not in copies))
     built: list[Any] = []
     for i in order:
@@ -167,13 +167,16 @@ def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], p
     return [r for r in out if r is not None]
 
 
-def _terminal_states(induced: InducedModel, spec: PropertySpec, codec: StateCodec) -> np.ndarray:
-    """``[N]`` bool: the states of ``induced`` that ``spec``'s own exploration would not expand."""
+def _terminal_states(induced: InducedModel, spec: PropertySpec, codec: StateCodec, stop: bool = False) -> np.ndarray:
+    """``[N]`` bool: the states of ``induced`` that ``spec``'s own exploration would not expand.
+
+    ``stop``: the property's ``stop`` states instead (:class:`~distmc.check.properties.PropertySpec`).
+    """
     terminal = np.zeros(induced.n_states, dtype=bool)
-    if spec.terminal:
+    if spec.stop if stop else spec.terminal:
         for start in range(0, induced.n_states, LABEL_CHUNK):
             states = codec.unpack(induced.keys[start : start + LABEL_CHUNK])
-            terminal[start : start + states.shape[0]] = spec.terminal_mask(states)
+            terminal[start : start + states.shape[0]] = spec.terminal_mask(states, stop)
     return terminal
 
 

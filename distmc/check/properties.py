@@ -71,6 +71,8 @@ class PropertySpec:
             ...; :data:`~distmc.check.result.VALUE_FILTERS`, :data:`~distmc.check.result.TRUTH_FILTERS`), or None:
             the value at the one initial state, or the range over several.
         bound_rewards: reward structures that reward bounds of path formulas name (``F{"time"}<=200``).
+        stop: a reward-bounded until's states after which its value is decided (its target, and its left side's
+            violations), as ``terminal``'s pairs: Storm's reward-bounded method needs them absorbing.
     """
 
     text: str
@@ -88,11 +90,12 @@ class PropertySpec:
     solution: str = "sound"
     filter: str | None = None
     bound_rewards: list[str] = field(default_factory=list)
+    stop: list[tuple[CompiledExpr, bool]] = field(default_factory=list)
 
-    def terminal_mask(self, states: np.ndarray) -> np.ndarray:
-        """``[B]`` bool: which of ``states`` ``[B, V]`` are not to be expanded."""
+    def terminal_mask(self, states: np.ndarray, stop: bool = False) -> np.ndarray:
+        """``[B]`` bool: which of ``states`` ``[B, V]`` are not to be expanded; ``stop``: ``stop``'s instead."""
         out = np.zeros(states.shape[0], dtype=bool)
-        for e, value in self.terminal:
+        for e, value in self.stop if stop else self.terminal:
             v = e(states)
             out |= v if value else ~v
         return out
@@ -392,6 +395,8 @@ def parse_property(text: str, model: Model, name: str | None = None) -> Property
             )
             spec.has_direction = True
     spec.solution = "other" if spec.bound_rewards else _solution(spec.formula)  # Storm's epoch method: no bound
+    if spec.bound_rewards:
+        spec.stop = spec.terminal or _stop(spec.formula, model)
     if filter_op in TRUTH_FILTERS and spec.threshold is None:
         raise PropertyError(f"property '{text}': filter({filter_op}, ...) counts or quantifies truth values: give it "
                             f"a threshold property (P>=0.5 [...]), or use min, max, avg, sum or first for a value")
@@ -613,16 +618,40 @@ def parse_properties(text: str, model: Model, constants: dict[str, str] | None =
     return PropertySet(specs)
 
 
+def _literal(f: Any, model: Model) -> tuple[CompiledExpr, bool] | None:
+    """``(expression, value)`` of an atom or a negated atom (``f`` holds where the expression equals the value)."""
+    if isinstance(f, sl.UnaryBooleanStateFormula):  # Storm's only unary Boolean operator: not
+        inner = _literal(f.subformula, model)
+        return None if inner is None else (inner[0], not inner[1])
+    a = _atom(f, model)
+    return None if a is None else (a[1], True)
+
+
+def _stop(f: Any, model: Model) -> list[tuple[CompiledExpr, bool]]:
+    """The stop states of a reward-bounded until ``f`` with literal sides (see ``PropertySpec.stop``), else []."""
+    sub = f.subformula
+    if not isinstance(sub, sl.BoundedUntilFormula):
+        return []
+    right = _literal(sub.right_subformula, model)
+    left_f = sub.left_subformula
+    literal_true = isinstance(left_f, sl.BooleanLiteralFormula) and str(left_f) == "true"
+    left = None if literal_true else _literal(left_f, model)
+    if right is None or (left is None and not literal_true):
+        return []
+    return [right] + ([] if left is None else [(left[0], not left[1])])
+
+
 def _check_reward_bounded(specs: list[PropertySpec]) -> None:
     """Refuse a reward-bounded path formula whose target states distmc cannot make absorbing.
 
     Storm's reward-bounded method (stormpy 2.0.0) crashed the process, or answered wrongly (0.929 where the exact
     value is 0.907, -2.7e41 for a probability), on chains whose target states are not absorbing. Its states are
-    made absorbing by the property's terminal states (:func:`_terminal`: atomic sides), in the exploration or, when
-    other properties of the run keep them expanded, in a copy of the model for its check
-    (:func:`distmc.check.dispatch.check_properties`).
+    made absorbing by the property's terminal states (:func:`_terminal`: atomic sides) in the exploration, or in a
+    copy of the model for its check where the exploration keeps them expanded (other properties of the run, or a
+    negated side: :func:`_stop`; :func:`distmc.check.dispatch.check_properties`).
     """
     for s in specs:
-        if s.bound_rewards and not s.terminal:
-            raise PropertyError(f"property '{s.text}': a reward-bounded path formula needs atomic sides (a label or "
-                                f"an expression each, as in \"a\" U{{\"r\"}}<=5 x=3): Storm's method fails otherwise")
+        if s.bound_rewards and not s.stop:
+            raise PropertyError(f"property '{s.text}': a reward-bounded path formula needs sides that are labels or "
+                                f"expressions, or their negations (as in !\"a\" U{{\"r\"}}<=5 x=3): Storm's method "
+                                f"fails otherwise")
