@@ -93,11 +93,11 @@ def long_run_fallback(n_states: int, precision: Precision | None = None) -> Any:
     Storm computes the long-run average of a bottom SCC whose states' values differ from an equation system (its
     gain-bias equations) that interval iteration cannot solve (it needs bounds Storm does not compute there: Storm
     raises "UnmetRequirementException"), and whose iterative solvers stop at Storm's long-run precision, 1e-6
-    relative, which stormpy does not expose (measured: Gauss-Seidel 2e-7 off on an ergodic queue, gmm++ 6e-7 on a tandem;
-    ``benchmarks/RESULTS.md``). Up to :data:`LRA_ELIMINATION_MAX_STATES` states: state elimination, a direct method (measured
-    3e-14 off Storm's exact engine on a 169-state tandem queue). Larger: Storm's sound long-run value iteration
-    (forced soundness), whose bottom-SCC values are within Storm's fixed 1e-6 relative of the exact ones, and sound
-    value iteration at ``precision`` for reaching them.
+    relative, which stormpy does not expose (measured: Gauss-Seidel 2e-7 off on an ergodic queue, gmm++ 6e-7 on
+    a tandem; ``benchmarks/RESULTS.md``). Up to :data:`LRA_ELIMINATION_MAX_STATES` states: state elimination, a
+    direct method (measured 3e-14 off Storm's exact engine on a 169-state tandem queue). Larger: Storm's sound
+    long-run value iteration (forced soundness), whose bottom-SCC values are within Storm's fixed 1e-6 relative of
+    the exact ones, and sound value iteration at ``precision`` for reaching them.
     """
     env = stormpy.Environment()
     solver = env.solver()
