@@ -38,8 +38,9 @@ def exact(path: Path, constants: str) -> Fraction:
     prog, _ = stormpy.instantiate_constants(prog, constants)
     (p,) = stormpy.parse_properties(PROP, prog)
     model = stormpy.build_model[stormpy.Rational](prog, [p])
-    r = stormpy.model_checking(model, p.get_raw_formula(), only_initial_states=True,
-                               environment=stormpy.environments.exact())
+    r = stormpy.model_checking(
+        model, p.get_raw_formula(), only_initial_states=True, environment=stormpy.environments.exact()
+    )
     return Fraction(str(r.get_value(model.initial_states[0])))
 
 
@@ -54,8 +55,7 @@ def main() -> None:
     path = Path(tempfile.mkdtemp()) / "tandem.prism"
     path.write_text(TANDEM)
     limit = checker.LRA_ELIMINATION_MAX_STATES
-    print("| C | states | elimination s | value | long-run value iteration s | value | relative difference |"
-          " exact |")
+    print("| C | states | elimination s | value | long-run value iteration s | value | relative difference | exact |")
     print("|---|---|---|---|---|---|---|---|")
     for c in (int(x) for x in args.sizes.split(",")):
         constants = f"C={c}"
@@ -67,8 +67,7 @@ def main() -> None:
         checker.LRA_ELIMINATION_MAX_STATES = limit
         (te, ve, n), (tv, vv, _) = row
         q = f"{float(exact(path, constants)):.17g}" if c <= args.exact_up_to else ""
-        print(f"| {c} | {n} | {te:.3f} | {ve!r} | {tv:.3f} | {vv!r} | {abs(vv - ve) / abs(ve):.2g} | {q} |",
-              flush=True)
+        print(f"| {c} | {n} | {te:.3f} | {ve!r} | {tv:.3f} | {vv!r} | {abs(vv - ve) / abs(ve):.2g} | {q} |", flush=True)
 
 
 if __name__ == "__main__":
