@@ -22,6 +22,20 @@ from distmc.errors import (  # noqa: E402
 
 __version__ = "0.1.0"
 
+#: What a user calls, imported on first use so that ``import distmc`` stays light (no stormpy, torch or Ray).
+_API = {"verify": "distmc.api", "Report": "distmc.api", "Session": "distmc.api", "sweep": "distmc.api",
+        "VerifyOptions": "distmc.options"}
+
+
+def __getattr__(name: str) -> object:
+    """``distmc.verify``, ``distmc.VerifyOptions``, ...: the entry points of :data:`_API`, loaded when first asked for."""
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'distmc' has no attribute {name!r}")
+
+
 __all__ = [
     "DistmcError",
     "ModelError",
@@ -30,5 +44,10 @@ __all__ = [
     "ResourceLimitError",
     "UnsupportedError",
     "WorkerError",
+    "Report",
+    "Session",
+    "VerifyOptions",
     "__version__",
+    "sweep",
+    "verify",
 ]

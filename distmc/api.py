@@ -36,9 +36,11 @@ from distmc.options import VerifyOptions, merged
 from distmc.pipeline import Job, Parts
 
 if TYPE_CHECKING:
+    from distmc.curve.curve import CurveReport
     from distmc.explore.ray.coordinator import RayRows
+    from distmc.shield.build import ShieldReport
 
-__all__ = ["Report", "Session", "VerifyOptions", "sweep", "verify"]
+__all__ = ["Report", "Session", "VerifyOptions", "curve", "shield", "sweep", "verify"]
 
 log = logging.getLogger(__name__)
 
@@ -521,3 +523,19 @@ def sweep(model_path: str | Path | None, prop: str | None, variants: Iterable[Ve
     """
     with Session(options, **kw) as s:
         return s.sweep(model_path, prop, variants)
+
+
+def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptions | None = None,
+           **kw: Any) -> ShieldReport:
+    """Shield the policy until ``prop`` verifies to at most ``delta``: :func:`distmc.shield.build.shield`."""
+    from distmc.shield.build import shield as _shield
+
+    return _shield(model_path, prop, delta, options, **kw)
+
+
+def curve(model_path: str | Path, prop: str, policies: list[str], options: VerifyOptions | None = None,
+          **kw: Any) -> CurveReport:
+    """Verify a training run's checkpoints on one exploration: :func:`distmc.curve.curve.curve`."""
+    from distmc.curve.curve import curve as _curve
+
+    return _curve(model_path, prop, policies, options, **kw)

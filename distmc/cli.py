@@ -1,4 +1,4 @@
-"""Command line: ``distmc run MODEL --prop PCTL ...`` (and ``distmc abstract``, ``distmc scale``).
+"""Command line: ``distmc run MODEL --prop PCTL ...`` (and ``distmc abstract``, ``scale``, ``shield``, ``curve``).
 
 Exit codes: 0 success; 1 other distmc error; 2 bad command line; 3 bad model; 4 unsupported model feature;
 5 bad property; 6 bad policy; 7 resource limit reached (a partial report is printed, and written with --json);
@@ -109,10 +109,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
     from distmc.abstract.cli import add_parser as add_abstract
+    from distmc.curve.cli import add_parser as add_curve
     from distmc.scale import add_parser as add_scale
+    from distmc.shield.cli import add_parser as add_shield
 
     add_abstract(sub)
     add_scale(sub)
+    add_shield(sub)
+    add_curve(sub)
     return p
 
 
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmc`` command."""
     parser = _parser()
     args = _parse(parser, argv)
-    if args.command in ("abstract", "scale"):
+    if args.command in ("abstract", "scale", "shield", "curve"):
         return int(args.handler(args))
     run_parser = _subparser(parser, "run")
     if args.resume is None and (args.model is None or (args.prop is None and args.props is None)):

@@ -26,8 +26,12 @@ def coolmc(name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    """A local Ray of 2 CPUs for the tests of one module (ended after them)."""
+    """A local Ray of 2 CPUs for the tests of one module (ended after them).
+
+    Every Ray test module uses this one: by argument, or ``pytestmark = pytest.mark.usefixtures("local_ray")``.
+    """
     ray = pytest.importorskip("ray", reason="the Ray driver needs ray")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()

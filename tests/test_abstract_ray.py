@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +19,7 @@ ray = pytest.importorskip("ray", reason="the Ray driver needs ray")
 POLICIES = Path(__file__).resolve().parents[1] / "benchmarks" / "policies"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # conftest.py: one local Ray for the module
 
 
 def test_ray_driver_gives_the_in_process_bounds() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -193,14 +192,6 @@ def test_an_mdp_is_refused() -> None:
 # -- on Ray ----------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    """One local Ray for this module's runs, shut down after it (the next module starts its own)."""
-    ray = pytest.importorskip("ray", reason="the distributed checker runs on Ray")
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 def _rel(a: float, b: float) -> float:

@@ -104,6 +104,12 @@ CASES = [
     ("bad timeout", [*RUN, *CRASH, "--timeout", "soon"], 1, "--timeout"),
     ("resume: no checkpoint", ["run", "--resume", "{empty_dir}", "--quiet"], 1, "no checkpoint there"),
     ("checkpoint dir taken", [*RUN, *CRASH, "--checkpoint-dir", "{taken_dir}"], 1, "already holds a checkpoint"),
+    ("shield: delta out of range", ["shield", "example", "--const", "N=4", "--policy", "example", *CRASH, "--delta",
+                                    "2"], 1, "--delta must be a probability"),
+    ("shield: not a probability", ["shield", "example", "--const", "N=4", "--policy", "example", "--prop",
+                                   'R{"steps"}=? [F "goal"]', "--delta", "0.1"], 5, "lowers one probability"),
+    ("curve: steps do not match", ["curve", "example", "--const", "N=4", *CRASH, "--policies", "uniform", "--steps",
+                                   "1,2"], 1, "--steps gives 2 steps for 1 policies"),
 ]
 
 

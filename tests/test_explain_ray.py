@@ -3,7 +3,6 @@ tests/test_explain.py holds to a plain enumeration of paths and to Storm's own p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,7 @@ EX = REPO / "distmc" / "examples"
 LOOPS = REPO / "tests" / "data" / "explain" / "loops.prism"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # conftest.py: one local Ray for the module
 
 
 @pytest.mark.parametrize(("path", "constants", "prop", "kw"), [

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -93,11 +93,6 @@ def test_parse_sizes_and_durations() -> None:
 ray = pytest.importorskip("ray", reason="the Ray driver needs ray")
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 def killer(at_depths: tuple[int, ...], rank: int = 1) -> tuple[Callable[[dict], None], list[int]]:

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,11 +26,6 @@ PROP = 'P=? [F "crash"]'
 AVOID = REPO / "benchmarks" / "envs" / "avoid.prism"
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 def test_resumed_report_names_the_checkpoints_job(local_ray: None, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,11 +26,7 @@ CASES = [
 FIELDS = ("row_groups", "row_offsets", "targets", "prob", "row_action", "keys", "initial")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # conftest.py: one local Ray for the module
 
 
 @pytest.mark.parametrize("mode", ["stochastic", "deterministic", "monolithic"])

@@ -9,6 +9,8 @@ Formats (detected from the spec and the file's content, never from running it):
   file, so it needs ``trust=True`` (``--trust-policy``).
 * a ``torch.export`` program (``.pt2``, ``torch.export.save``; :mod:`distmc.policy.exported`): loading runs no
   code unless the archive holds pickled parts, which need ``trust=True``.
+* a shielded policy: the JSON manifest ``distmc shield`` writes (:mod:`distmc.policy.shielded`), a base policy
+  restricted by a shield table.
 * an ONNX model (``.onnx``; :mod:`distmc.policy.onnx`, run by onnxruntime, the ``onnx`` extra).
 * a TorchScript file (``torch.jit.save``; :mod:`distmc.policy.torchscript`).
 * any other torch file: a ``state_dict`` read with ``torch.load(weights_only=True)`` and rebuilt from the
@@ -58,13 +60,14 @@ def find_interface(policy_path: str | Path) -> Path | None:
 
 
 def detect_format(spec: str | None) -> str:
-    """``"uniform"``, ``"callable"``, ``"sb3"``, ``"pt2"``, ``"onnx"``, ``"torchscript"`` or ``"state_dict"``.
+    """The format of ``spec``: ``uniform``, ``callable``, ``shielded``, ``sb3``, ``pt2``, ``onnx``, ``torchscript``...
 
-    Read from the spec and the file's content; nothing is loaded.
+    (or ``state_dict``). Read from the spec and the file's content; nothing is loaded.
     """
     from distmc.policy.callable import CALLABLE_SPEC
     from distmc.policy.exported import is_pt2
     from distmc.policy.onnx import is_onnx
+    from distmc.policy.shielded import is_shielded
 
     if spec is None or spec == "uniform":
         return "uniform"
@@ -73,6 +76,8 @@ def detect_format(spec: str | None) -> str:
         if CALLABLE_SPEC.match(spec):
             return "callable"
         raise PolicyError(f"{spec}: no such policy file (nor 'uniform', nor a 'package.module:function')")
+    if is_shielded(p):
+        return "shielded"
     if is_onnx(p):
         return "onnx"
     if zipfile.is_zipfile(p):
@@ -95,7 +100,11 @@ def require_packages(spec: str | None) -> None:
     from distmc._internal.deps import require
 
     fmt = detect_format(spec)
-    if fmt == "sb3":
+    if fmt == "shielded":
+        from distmc.policy.shielded import read_manifest
+
+        require_packages(read_manifest(str(spec))["policy"])
+    elif fmt == "sb3":
         from distmc.policy.sb3 import ALGORITHMS, detect_algorithm
 
         algo = detect_algorithm(str(spec))
@@ -115,6 +124,10 @@ def load_policy(spec: str | None, model: Model, interface: str | Path | None = N
             with pickled parts).
     """
     fmt = detect_format(spec)
+    if fmt == "shielded":  # the manifest names the base policy and its interface
+        from distmc.policy.shielded import ShieldedPolicy
+
+        return ShieldedPolicy.load(str(spec), model, trust=trust)
     if interface is None and fmt not in ("uniform", "callable"):
         interface = find_interface(str(spec))
     iface = load_interface(interface, model)

@@ -1,0 +1,354 @@
+"""Verify many policies of one model and property (a training run's checkpoints) on one exploration.
+
+Every policy's induced DTMC is a reweighting of one MDP: the states reachable under *some* policy, with one row per
+enabled action. :class:`SharedModel` builds that MDP once (the states by the explorer's fast fused path under the
+uniform policy, which keeps every action; then one compiled kernel pass over them for the rows of each action, the
+successors numbered by a sorted-key look-up) and keeps, per transition, where it lands in the fused row of its
+state; a policy then costs its forward pass over the states,
+one ``bincount`` that adds ``pi(a|s) P(s,a,s')`` into the fused rows, and the check. When a policy keeps every
+action with probability > 0 (a softmax: every checkpoint of a PPO run), its reachable set is the MDP's, and its
+DTMC is the reweighted one as it is. When it drops actions (deterministic mode, a threshold, exact zeros), its
+reachable set is smaller: the states its kept rows reach from the initial states are found by a breadth-first
+search over the reweighted rows and the DTMC is restricted to them, which is exactly what exploring it would find
+(the MDP holds every state any policy reaches), so nothing is explored again. The price is the MDP's size: it
+holds every action's row, so it is worth it when the policies reach most of what the MDP reaches, as softmax
+policies do; :func:`verify_each` (separate runs, ``--separate``) is the comparison.
+
+Each policy's value is checked like a separate ``distmc run`` of it (the same checker and precision); its rows
+differ from that run's only in the order the fused probabilities are added up (last bits), so values agree to
+about 1e-15 (the tests hold them to 1e-12).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numba as nb
+import numpy as np
+
+from distmc.assemble.reducer import InducedModel, label_states
+from distmc.assemble.storm import to_storm
+from distmc.check.dispatch import check_properties
+from distmc.check.result import CheckResult, Precision
+from distmc.errors import DistmcError
+from distmc.explore.expander import Expander, gather_rows
+from distmc.explore.limits import Limits, parse_duration, parse_memory
+from distmc.explore.local import explore_local
+from distmc.options import VerifyOptions
+from distmc.pipeline import Job, Parts
+from distmc.policy import load_policy
+from distmc.policy.shielded import KeyIndex
+
+__all__ = ["CurvePoint", "SharedModel", "checkpoint_step"]
+
+
+#: States expanded at a time when the per-action rows are built.
+ROWS_BATCH = 1 << 16
+
+
+def checkpoint_step(path: str | Path, default: int) -> int:
+    """The training step a checkpoint's file name gives (its last number: ``ppo_20000_steps.pt2`` -> 20000)."""
+    numbers = re.findall(r"\d+", Path(str(path)).stem)
+    return int(numbers[-1]) if numbers else default
+
+
+@dataclass
+class CurvePoint:
+    """One policy's verification on a curve."""
+
+    policy: str
+    step: int
+    value: float
+    seconds: float  # wall-clock of this policy's verification (forward pass, rows, check; or a whole run)
+    states: int  # the policy's reachable states
+    transitions: int
+    shared: bool  # on the shared exploration (False: a separate run)
+    bounds: list[float] | None = None
+    truth: bool | None = None  # a threshold property's truth value
+
+
+class SharedModel:
+    """The MDP of every action (explored once) and the fused-row structure every policy's DTMC is built on.
+
+    Attributes:
+        parts: the parsed model, property, kernel (and the uniform policy that found the states).
+        mdp: the assembled MDP (``row_action`` per row; self-loop rows of terminal and deadlock states: -1).
+        states: ``[N, V]`` int64 decoded states.
+        enabled: ``[N, A_model]`` bool, the actions each state enables.
+        row_state: ``[R]`` int64.
+        dest: ``[T]`` int64, the position of each MDP transition in the fused rows.
+        d_offsets, d_targets: ``[N + 1]``, ``[T_d]`` int64: the fused rows' CSR (targets sorted within a row).
+        explore_s: seconds of the exploration and assembly.
+    """
+
+    def __init__(self, model_path: str | Path, prop: str, opts: VerifyOptions) -> None:
+        t0 = time.perf_counter()
+        self.opts = opts
+        self.prop = prop
+        # the states: those the uniform policy reaches (every enabled action kept: the MDP's reachable states),
+        # explored on the explorer's fast path, which fuses each state's actions into one row
+        job = Job(str(model_path), prop, opts.constants, "uniform", None, "stochastic", 0.0, opts.resolve)
+        self.parts: Parts = job.build()
+        parts = self.parts
+        if parts.model.model_type != "mdp":
+            raise DistmcError(f"{model_path} is a dtmc: no policy acts in it")
+        assert parts.expander is not None
+        limits = Limits(opts.max_states, parse_memory(opts.max_memory), parse_duration(opts.timeout))
+        explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states), limits=limits)
+        self.depth = int(explored.stats.get("depth", 0))
+        keys, initial, loop, deadlock = explored.keys, explored.initial, explored.loop, explored.deadlock
+        del explored
+        # then one row per enabled action of every state, its successors numbered by the explored states
+        mdp = self._action_rows(keys, initial, loop, deadlock)
+        self.mdp = mdp
+        n = mdp.n_states
+        self.row_state = np.repeat(np.arange(n, dtype=np.int64), np.diff(mdp.row_groups))
+        acted = mdp.row_action >= 0
+        self.states = parts.codec.unpack(mdp.keys)
+        self.enabled = np.zeros((n, len(parts.model.actions)), dtype=bool)
+        self.enabled[self.row_state[acted], mdp.row_action[acted]] = True
+        # several rows of one action in a state: same-label choices, which a policy does not resolve
+        self.same_label = bool((np.bincount(self.row_state[acted], minlength=n) > self.enabled.sum(axis=1)).any())
+        self.prob = mdp.prob
+        self.branch_row = np.repeat(np.arange(mdp.n_rows, dtype=np.int64), np.diff(mdp.row_offsets))
+        self.d_offsets, self.d_targets, self.dest = _fuse(mdp.row_groups, mdp.row_offsets, mdp.targets)
+        self.explore_s = time.perf_counter() - t0
+
+    def _action_rows(
+        self, keys: np.ndarray, initial: np.ndarray, loop: np.ndarray, deadlock: np.ndarray
+    ) -> InducedModel:
+        """The MDP over ``keys`` ``[N]``: a row per enabled action (kernel order), a self-loop per ``loop`` state."""
+        parts = self.parts
+        assert parts.expander is not None
+        kernel, codec, model = parts.expander.kernel, parts.codec, parts.model
+        index = KeyIndex(keys)
+        rewards = [model.reward(r) for r in parts.reward_names]
+        st, act, cnt, tg, pr = [], [], [], [], []
+        rew: dict[str, list[np.ndarray]] = {r.name: [] for r in rewards}
+        for lo in range(0, keys.shape[0], ROWS_BATCH):
+            k = keys[lo : lo + ROWS_BATCH]
+            states = codec.unpack(k)
+            active = np.flatnonzero(~loop[lo : lo + ROWS_BATCH])
+            exp = kernel.expand(states[active], k[active])
+            c_state = active[exp.choice_state]
+            ids = index.find(exp.succ_keys)
+            if (ids < 0).any():
+                raise AssertionError("a successor outside the explored states")
+            loops = np.flatnonzero(loop[lo : lo + ROWS_BATCH])
+            row_state = np.concatenate([c_state, loops])
+            counts = np.concatenate([np.diff(exp.branch_offsets), np.ones(loops.size, dtype=np.int64)])
+            offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            targets = np.concatenate([ids, lo + loops])
+            prob = np.concatenate([exp.prob, np.ones(loops.size)])
+            order = np.argsort(row_state, kind="stable")
+            gather, offsets = gather_rows(order, offsets)
+            st.append(lo + row_state[order])
+            act.append(np.concatenate([exp.choice_action, np.full(loops.size, -1, dtype=np.int64)])[order])
+            cnt.append(np.diff(offsets))
+            tg.append(targets[gather])
+            pr.append(prob[gather])
+            for r in rewards:
+                c_rew = r.choice_rewards(states, c_state, exp.choice_action, kernel.action_id)
+                rew[r.name].append(np.concatenate([c_rew, np.zeros(loops.size)])[order])
+        row_state = np.concatenate(st)
+        n = keys.shape[0]
+        row_groups = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(row_state, minlength=n), out=row_groups[1:])
+        row_offsets = np.zeros(row_state.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(cnt), out=row_offsets[1:])
+        init = np.zeros(n, dtype=bool)
+        init[initial] = True
+        labels, rew_out = label_states(
+            keys,
+            model,
+            codec,
+            parts.props.atoms,
+            parts.reward_names,
+            init,
+            deadlock,
+            loop,
+            {k: np.concatenate(v) for k, v in rew.items()},
+        )
+        return InducedModel(
+            "mdp",
+            row_groups,
+            row_offsets,
+            [np.concatenate(tg)],
+            [np.concatenate(pr)],
+            np.concatenate(act),
+            initial,
+            labels,
+            rew_out,
+            keys,
+        )
+
+    @property
+    def n_states(self) -> int:
+        return self.mdp.n_states
+
+    def weights(self, policy: Any) -> np.ndarray:
+        """``[R]`` float64: each MDP row's weight under ``policy`` and the run's mode (self-loops 1)."""
+        p = self.parts
+        assert p.expander is not None
+        ex = Expander(
+            p.model,
+            p.expander.kernel,
+            p.codec,
+            policy,
+            self.opts.mode,
+            terminal=p.props.terminal_mask,
+            threshold=self.opts.threshold,
+            resolve=self.opts.resolve,
+        )
+        has = self.enabled.any(axis=1)
+        w = np.zeros(self.enabled.shape)
+        w[has] = ex.action_weights(self.states[has], self.enabled[has])
+        act = self.mdp.row_action
+        return np.where(act >= 0, w[self.row_state, np.maximum(act, 0)], 1.0)
+
+    def induced(self, w_row: np.ndarray) -> InducedModel:
+        """The DTMC of row weights ``w_row`` ``[R]``, restricted to the states it reaches."""
+        m = self.mdp
+        n = m.n_states
+        prob = np.bincount(self.dest, weights=self.prob * w_row[self.branch_row], minlength=self.d_targets.shape[0])
+        offsets, targets = self.d_offsets, self.d_targets
+        keep_t = prob > 0
+        if not keep_t.all():
+            counts = np.add.reduceat(keep_t.astype(np.int64), offsets[:-1]) if n else np.zeros(0, np.int64)
+            counts[np.diff(offsets) == 0] = 0
+            offsets = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            targets, prob = targets[keep_t], prob[keep_t]
+        # every row kept (a softmax policy): the MDP's states, all reachable; else search from the initial states
+        reach = np.ones(n, dtype=bool) if (w_row > 0).all() else _reachable(offsets, targets, m.initial, n)
+        row_rew = {}
+        for name, (state_r, action_r) in m.rewards.items():
+            a = None if action_r is None else np.bincount(self.row_state, weights=action_r * w_row, minlength=n)
+            row_rew[name] = (state_r, a)
+        if reach.all():
+            ids = None
+            labels = m.labels
+            keys, initial = m.keys, m.initial
+        else:
+            ids = np.flatnonzero(reach)
+            new_id = np.full(n, -1, dtype=np.int64)
+            new_id[ids] = np.arange(ids.shape[0])
+            sel = np.repeat(reach, np.diff(offsets))
+            counts = np.diff(offsets)[ids]
+            offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            targets, prob = new_id[targets[sel]], prob[sel]
+            labels = {k: v[ids] for k, v in m.labels.items()}
+            row_rew = {
+                k: (None if s is None else s[ids], None if a is None else a[ids]) for k, (s, a) in row_rew.items()
+            }
+            keys, initial = m.keys[ids], new_id[m.initial]
+        k = offsets.shape[0] - 1
+        return InducedModel(
+            "dtmc",
+            np.arange(k + 1, dtype=np.int64),
+            offsets,
+            [targets],
+            [prob],
+            np.full(k, -1, dtype=np.int64),
+            initial,
+            labels,
+            row_rew,
+            keys,
+        )
+
+    def check(self, spec_policy: str, step: int) -> CurvePoint:
+        """Load the policy ``spec_policy``, build its DTMC and check the property like ``distmc run`` would."""
+        t0 = time.perf_counter()
+        o = self.opts
+        policy = load_policy(spec_policy, self.parts.model, o.interface, trust=o.trust_policy)
+        w_row = self.weights(policy)
+        induced = self.induced(w_row)
+        res = _check(self.parts, induced, o)
+        bounds = [float(x) for x in res.bounds] if isinstance(res.bounds, tuple) else None
+        if isinstance(res.value, dict):
+            raise DistmcError(f"{self.prop}: a policy's DTMC has one value, not min and max")
+        value = float(res.value)
+        return CurvePoint(
+            str(spec_policy),
+            step,
+            value,
+            time.perf_counter() - t0,
+            induced.n_states,
+            induced.n_transitions,
+            True,
+            bounds,
+            res.truth,
+        )
+
+
+@nb.njit(cache=True, nogil=True)
+def _fuse(row_groups, row_offsets, targets):  # pragma: no cover - compiled
+    """The fused rows' CSR (``[N + 1]``, ``[T_d]``, targets sorted within a row) and each branch's position ``[T]``.
+
+    A state's branches (its rows' targets, each row sorted and unique) are sorted by target in a small buffer
+    (insertion sort: a state has a few dozen at most), equal targets share one position.
+    """
+    n = row_groups.shape[0] - 1
+    d_offsets = np.zeros(n + 1, np.int64)
+    d_targets = np.empty(targets.shape[0], np.int64)
+    dest = np.empty(targets.shape[0], np.int64)
+    buf_t = np.empty(64, np.int64)
+    buf_i = np.empty(64, np.int64)
+    out = 0
+    for s in range(n):
+        lo, hi = row_offsets[row_groups[s]], row_offsets[row_groups[s + 1]]
+        k = hi - lo
+        if k > buf_t.shape[0]:
+            buf_t = np.empty(2 * k, np.int64)
+            buf_i = np.empty(2 * k, np.int64)
+        for j in range(k):
+            t, i = targets[lo + j], lo + j
+            m = j
+            while m > 0 and buf_t[m - 1] > t:
+                buf_t[m] = buf_t[m - 1]
+                buf_i[m] = buf_i[m - 1]
+                m -= 1
+            buf_t[m] = t
+            buf_i[m] = i
+        for j in range(k):
+            if j == 0 or buf_t[j] != buf_t[j - 1]:
+                d_targets[out] = buf_t[j]
+                out += 1
+            dest[buf_i[j]] = out - 1
+        d_offsets[s + 1] = out
+    return d_offsets, d_targets[:out].copy(), dest
+
+
+def _reachable(offsets: np.ndarray, targets: np.ndarray, initial: np.ndarray, n: int) -> np.ndarray:
+    """``[N]`` bool: the states the CSR graph reaches from ``initial`` (level by level, numpy over each level)."""
+    seen = np.zeros(n, dtype=bool)
+    seen[initial] = True
+    frontier = np.unique(initial)
+    while frontier.size:
+        counts = np.diff(offsets)[frontier]
+        starts = np.repeat(offsets[frontier] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+        nxt = targets[starts + np.arange(int(counts.sum()))]
+        nxt = np.unique(nxt[~seen[nxt]])
+        seen[nxt] = True
+        frontier = nxt
+    return seen
+
+
+def _check(parts: Parts, induced: InducedModel, o: VerifyOptions) -> CheckResult:
+    """The property's value on ``induced`` with the checker ``distmc run`` would use here (Storm unless native)."""
+    prec = Precision.from_options(o.precision, o.precision_abs, o.exact, o.sound_mdp)
+    checker = "native" if o.checker == "native" else "storm"
+    storm: list[Any] = []
+
+    def storm_model() -> Any:
+        if not storm:
+            storm.append(to_storm(induced, release=True, exact=o.exact))
+        return storm[0]
+
+    return check_properties(parts.props, induced, [checker] * len(parts.props.specs), prec, storm_model)[0]

@@ -1,0 +1,1 @@
+"""Integrations with training libraries (:mod:`distmc.integrations.sb3`: Stable-Baselines3)."""
