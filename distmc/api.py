@@ -17,7 +17,15 @@ from distmc.check.checker import EXACT_MAX_TRANSITIONS, check_values
 from distmc.check.dispatch import EXACT_TIMEOUT_S, check_properties, single_property_states
 from distmc.check.native import LocalEngine, at_initial, matrix_of, unsupported, values_of
 from distmc.check.properties import PropertySpec
-from distmc.check.result import CheckResult, Precision, result_entry, result_line, summarise
+from distmc.check.result import (
+    TRUTH_FILTERS,
+    VALUE_FILTERS,
+    CheckResult,
+    Precision,
+    result_entry,
+    result_line,
+    summarise,
+)
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
 from distmc.explain.report import Explain, summary_lines
 from distmc.explore.checkpoint import Checkpoint
@@ -60,6 +68,16 @@ STORM_BYTES_PER_TRANSITION = 80
 GATHER_BYTES_PER_TRANSITION = 16
 
 
+def _distributed_why(spec: PropertySpec, kind: str) -> str | None:
+    """Why the distributed checker cannot check ``spec`` (None: it can).
+
+    The native checker's reasons, and filters over truth values (it states no truth value per initial state).
+    """
+    if spec.filter in TRUTH_FILTERS:
+        return f"filter({spec.filter}, ...) is answered by Storm (use --checker storm or auto)"
+    return unsupported(spec, kind)
+
+
 def _choose_ray_checker(checker: str, limits: Limits, rows: RayRows, spec: PropertySpec, kind: str, workers: int,
                         worker_rss: int) -> str:
     """``storm`` (gather the rows into this process) or ``distributed`` for a Ray run with the rows on the actors.
@@ -69,7 +87,7 @@ def _choose_ray_checker(checker: str, limits: Limits, rows: RayRows, spec: Prope
     check when it can check the property, else Storm as :func:`_choose_checker` decides.
     """
     if checker == "distributed":
-        why = unsupported(spec, kind)
+        why = _distributed_why(spec, kind)
         if why is not None:
             raise PropertyError(f"--checker distributed cannot check '{spec.text}': {why}")
         return "distributed"
@@ -78,7 +96,7 @@ def _choose_ray_checker(checker: str, limits: Limits, rows: RayRows, spec: Prope
     rss = rss_bytes()
     need = rss + per * transitions
     budget = limits.max_memory - worker_rss if limits.max_memory is not None else rss + available_bytes()
-    if need <= budget or unsupported(spec, kind) is not None:
+    if need <= budget or _distributed_why(spec, kind) is not None:
         return "storm"
     log.warning("gathering the rows and Storm's check would need about %.1f GiB in this process for %d transitions "
                 "(%.1f GiB available): checking on the workers (distributed)", need / 2**30, transitions,
@@ -352,7 +370,8 @@ class _Run:
         timings["assemble_s"] += float(out["build_s"])
         timings["check_s"] -= float(out["build_s"])
         sound = spec.solution == "sound"
-        value, bounds = summarise(out["value"], out["lower"] if sound else None, out["upper"] if sound else None)
+        value, bounds = summarise(out["value"], out["lower"] if sound else None, out["upper"] if sound else None,
+                                  spec.filter if spec.filter in VALUE_FILTERS else None)
         res = CheckResult(value, bounds, method="sound" if sound else "steps", checker="distributed",
                           check_s=timings["check_s"])
         entry = result_entry(spec.text, spec.name, res)
@@ -418,7 +437,7 @@ class _Run:
 
         return check_properties(self.parts.props, induced, checkers, self.prec, storm_model,
                                 EXACT_TIMEOUT_S if left is None else max(1.0, min(EXACT_TIMEOUT_S, left)),
-                                progress=clock.detail)
+                                progress=clock.detail, codec=self.parts.codec)
 
     def common(self, stats: dict[str, float], worker_stats: list[dict[str, Any]],
                timings: dict[str, float]) -> dict[str, Any]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from distmc.check.properties import PropertySet, PropertySpec, parse_properties
+from distmc.check.properties import PropertySet, PropertySpec, parse_properties, property_constants
 from distmc.errors import DistmcError
 from distmc.explore.expander import MODES, Expander
 from distmc.model.kernel import Kernel
 from distmc.model.packing import StateCodec
-from distmc.model.program import Model, load_model
+from distmc.model.program import Model, load_model, parse_constants
 from distmc.policy import Policy, load_policy, require_packages
 
 __all__ = ["Job", "Parts"]
@@ -43,8 +43,10 @@ class Job:
         """
         if self.mode not in MODES:
             raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
-        model = load_model(Path(self.model_path), self.constants)
-        props = parse_properties(self.prop, model)
+        constants = parse_constants(self.constants)
+        declared = property_constants(self.prop)  # the properties' own constants (const int B;) take their --const
+        model = load_model(Path(self.model_path), {k: v for k, v in constants.items() if k not in declared})
+        props = parse_properties(self.prop, model, {k: v for k, v in constants.items() if k in declared})
         needs_policy = self.mode != "monolithic" and model.model_type == "mdp"
         reward_names = props.reward_names(model)
         codec = StateCodec(model.lo, model.hi)

@@ -18,7 +18,7 @@ from distmc.model.expr import CompiledExpr
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 
-__all__ = ["InducedModel", "assemble", "label_states", "merge_csr_rows"]
+__all__ = ["InducedModel", "absorbing", "assemble", "label_states", "merge_csr_rows"]
 
 #: States decoded at a time when labelling (bounds the memory of the decoded block).
 LABEL_CHUNK = 1 << 18
@@ -211,3 +211,50 @@ def assemble(
         rewards=rewards,
         keys=parts.keys,
     )
+
+
+def absorbing(m: InducedModel, stop: np.ndarray) -> InducedModel | None:
+    """A copy of ``m`` in which the states of ``stop`` ``[N]`` bool are absorbing; None if they all are already.
+
+    Each stop state keeps one row, a self-loop of probability 1 with no action and zero rewards; the other rows are
+    copied as they are. For a property whose value does not depend on what happens after these states (the
+    target and the left side's violations of a reward-bounded until), the value is the same on the copy; Storm's
+    reward-bounded method needs it so (``distmc.check.properties``).
+    """
+    n_rows_of = np.diff(m.row_groups)  # [N]
+    branches = np.diff(m.row_offsets)  # [R]
+    first = m.row_groups[:-1]  # [N] first row of each state
+    targets = m.targets
+    idx = np.flatnonzero(stop)
+    if (np.all(n_rows_of[idx] == 1) and np.all(branches[first[idx]] == 1)
+            and np.array_equal(targets[m.row_offsets[first[idx]]], idx)):
+        return None
+    prob = m.prob
+    row_stop = np.repeat(stop, n_rows_of)  # [R]
+    is_first = np.zeros(m.n_rows, dtype=bool)
+    is_first[first] = True
+    synthetic = row_stop & is_first  # [R] rows turned into the stop states' self-loops
+    emit = ~row_stop | is_first  # [R] rows the copy has
+    new_index = np.cumsum(emit) - 1  # [R] the copy's row of each emitted row
+    counts = np.where(synthetic, 1, branches)[emit]
+    offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    new_t = np.empty(int(offsets[-1]), dtype=np.int64)
+    new_p = np.empty(int(offsets[-1]), dtype=np.float64)
+    keep = np.repeat(~row_stop, branches)  # [T] branches of the rows copied as they are
+    src = np.flatnonzero(keep)
+    row_of = np.repeat(np.arange(m.n_rows, dtype=np.int64), branches)[src]
+    dest = offsets[new_index[row_of]] + (src - m.row_offsets[row_of])
+    new_t[dest], new_p[dest] = targets[src], prob[src]
+    syn = np.flatnonzero(synthetic)
+    new_t[offsets[new_index[syn]]] = np.repeat(np.arange(m.n_states, dtype=np.int64), n_rows_of)[syn]
+    new_p[offsets[new_index[syn]]] = 1.0
+    groups = np.zeros(m.n_states + 1, dtype=np.int64)
+    np.cumsum(np.where(stop, 1, n_rows_of), out=groups[1:])
+    rewards: dict[str, tuple[np.ndarray | None, np.ndarray | None]] = {}
+    for name, (state, action) in m.rewards.items():
+        rewards[name] = (None if state is None else np.where(stop, 0.0, state),
+                         None if action is None else np.where(synthetic, 0.0, action)[emit])
+    return InducedModel(kind=m.kind, row_groups=groups, row_offsets=offsets, target_chunks=[new_t],
+                        prob_chunks=[new_p], row_action=np.where(synthetic, -1, m.row_action)[emit],
+                        initial=m.initial, labels=m.labels, rewards=rewards, keys=m.keys)

@@ -11,10 +11,19 @@ import stormpy
 
 from distmc._internal.stderr import storm_lines, storm_quiet
 from distmc.check.properties import PropertySpec
-from distmc.check.result import DEFAULT_PRECISION, CheckResult, Precision, decide, summarise
+from distmc.check.result import (
+    DEFAULT_PRECISION,
+    TRUTH_FILTERS,
+    VALUE_FILTERS,
+    CheckResult,
+    Precision,
+    decide,
+    summarise,
+)
 from distmc.errors import PropertyError
 
-__all__ = ["EXACT_MAX_TRANSITIONS", "check", "check_values", "environment", "value_vector"]
+__all__ = ["EXACT_MAX_TRANSITIONS", "LRA_ELIMINATION_MAX_STATES", "check", "check_values", "environment",
+           "long_run_fallback", "value_vector"]
 
 #: Termination precision of Storm's min-max solver for MDPs (absolute, as for DTMCs, unless asked otherwise).
 MDP_PRECISION = DEFAULT_PRECISION
@@ -71,6 +80,51 @@ def environment(precision: Precision | None = None, long_run: bool = False, soun
     return env
 
 
+#: Long-run averages on DTMCs with a bottom SCC whose states' values differ (an ergodic queue) are solved by state
+#: elimination up to this many states: a direct method, exact up to floating point, but its fill-in grows fast
+#: (measured on a two-queue tandem: 0.45 s at 961 states, 3.8 s at 2,116, 17 s at 3,721). Larger ones: Storm's
+#: long-run value iteration (:func:`long_run_fallback`).
+LRA_ELIMINATION_MAX_STATES = 2_500
+
+
+def long_run_fallback(n_states: int, precision: Precision | None = None) -> Any:
+    """Storm's settings for a long-run average whose bottom SCCs are not trivial (see :func:`environment`).
+
+    Storm computes the long-run average of a bottom SCC whose states' values differ from an equation system (its
+    gain-bias equations) that interval iteration cannot solve (it needs bounds Storm does not compute there: Storm
+    raises "UnmetRequirementException"), and whose iterative solvers stop at Storm's long-run precision, 1e-6
+    relative, which stormpy does not expose (measured: Gauss-Seidel 2e-7 off on an ergodic queue, gmm++ 6e-7 on
+    a tandem; ``benchmarks/RESULTS.md``). Up to :data:`LRA_ELIMINATION_MAX_STATES` states: state elimination, a
+    direct method (measured 3e-14 off Storm's exact engine on a 169-state tandem queue). Larger: Storm's sound
+    long-run value iteration (forced soundness), whose bottom-SCC values are within Storm's fixed 1e-6 relative of
+    the exact ones, and sound value iteration at ``precision`` for reaching them.
+    """
+    env = stormpy.Environment()
+    solver = env.solver()
+    if n_states <= LRA_ELIMINATION_MAX_STATES:
+        solver.set_linear_equation_solver_type(stormpy.environments.EquationSolverType.ELIMINATION)
+        solver.force_soundness = False
+        return env
+    p = precision or Precision()
+    solver.set_linear_equation_solver_type(stormpy.environments.EquationSolverType.NATIVE)
+    native = solver.native()
+    native.method = stormpy.environments.NativeLinearEquationSolverMethod.SOUND_VALUE_ITERATION
+    native.precision = stormpy.Rational(p.eps)
+    native.relative_termination_criterion = p.relative
+    solver.force_soundness = True
+    return env
+
+
+def _is_long_run(formula: Any) -> bool:
+    """Whether ``formula`` is a long-run average (``S``/``LRA`` of a state formula, or ``R=? [S]``)."""
+    return isinstance(formula, stormpy.logic.LongRunAverageOperatorFormula) or isinstance(
+        getattr(formula, "subformula", None), stormpy.logic.LongRunAverageRewardFormula)
+
+
+def _needs_fallback(exc: PropertyError) -> bool:
+    return "UnmetRequirementException" in str(exc)
+
+
 def _model_check(storm_model: Any, formula: Any, only_initial_states: bool, env: Any) -> Any:
     try:
         with storm_quiet():  # Storm logs its warnings and errors on file descriptor 1
@@ -88,8 +142,14 @@ def value_vector(storm_model: Any, formula: Any) -> np.ndarray:
     The MOSAIC front end's (:mod:`distmc.abstract.mdp`) check, left with the min-max settings it was written and
     measured with (``environment(sound_mdp=False)``).
     """
-    env = environment(sound_mdp=False)
-    return np.asarray(_model_check(storm_model, formula, False, env).get_value_vector(), dtype=np.float64)
+    env = environment(long_run=_is_long_run(formula), sound_mdp=False)
+    try:
+        result = _model_check(storm_model, formula, False, env)
+    except PropertyError as exc:
+        if not _needs_fallback(exc):
+            raise
+        result = _model_check(storm_model, formula, False, long_run_fallback(storm_model.nr_states))
+    return np.asarray(result.get_value_vector(), dtype=np.float64)
 
 
 def _rational(v: Any) -> Fraction | float:
@@ -132,20 +192,34 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
     :func:`environment`'s (for benchmarks; the bounds then state what ``precision`` would guarantee).
     """
     p = precision or Precision()
+    long_run = _is_long_run(spec.formula)
     if env is None:
-        long_run = spec.operator == "LRA" or isinstance(spec.formula.subformula, stormpy.logic.LongRunAverageRewardFormula)
         env = stormpy.environments.exact() if p.exact else environment(p, long_run)
     single = kind == "dtmc" or spec.has_direction
     formulas = {"": spec.quantitative} if single else {d: spec.with_direction(d) for d in ("min", "max")}
-    got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
+    try:
+        got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
+    except PropertyError as exc:
+        if not (_needs_fallback(exc) and long_run and not p.exact):
+            raise
+        env = long_run_fallback(storm_model.nr_states, p)
+        got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
     # an MDP's bounds only from interval iteration (--sound-mdp); Storm's default min-max method states none
     sound = spec.solution == "sound" and (kind == "dtmc" or p.sound_mdp)
     probability = spec.operator in ("P", "LRA")  # long-run averages of a state formula are probabilities too
     complement = isinstance(spec.formula.subformula, stormpy.logic.GloballyFormula)  # Storm: G phi = 1 - F !phi
     parts: dict[str, Any] = {}
+    value_filter = spec.filter if spec.filter in VALUE_FILTERS else None
+    lo: np.ndarray | None
+    hi: np.ndarray | None
     for d, g in got.items():
         vals = g["values"]
-        if p.exact:
+        if p.exact and value_filter not in (None, "range"):  # the filter's value as a rational, then its floats
+            q = _aggregate(value_filter, g["rationals"])
+            g["rationals"] = [q]
+            vals, lo, hi = (np.asarray([x], dtype=np.float64) for x in _float_interval(q))
+            value_filter = None
+        elif p.exact:
             lo, hi = g["lo"], g["hi"]
         elif sound:
             pairs = np.asarray([p.interval(v, probability, complement) for v in vals.tolist()],
@@ -153,7 +227,8 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
             lo, hi = pairs[:, 0], pairs[:, 1]
         else:
             lo = hi = None
-        parts[d] = summarise(vals, lo, hi)
+        g["lo_hi"] = (lo, hi)
+        parts[d] = summarise(vals, lo, hi, value_filter)
     if single:
         value, bounds = parts[""]
     else:
@@ -161,7 +236,11 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
         bounds = None if parts["min"][1] is None else {"min": _pick_b(parts["min"][1], "min"),
                                                        "max": _pick_b(parts["max"][1], "max")}
     truth = decided = None
-    if spec.threshold is not None:
+    if spec.threshold is not None and spec.filter in TRUTH_FILTERS:
+        count, truth, decided = _truth_filter(spec.filter, spec.threshold, got[""], p.exact)
+        if count is not None:  # filter(count, ...): the number of initial states, not a truth value
+            value, bounds = count, None
+    elif spec.threshold is not None:
         g = got[""]
         if p.exact:
             truth = decide(g["rationals"], spec.threshold)
@@ -172,11 +251,45 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
     exact_text: str | dict[str, str] | None = None
     if p.exact:
         texts = {d: [str(q) for q in g["rationals"]] for d, g in got.items()}
-        exact_text = texts[""][0] if single and len(initial) == 1 else {
+        exact_text = texts[""][0] if single and len(texts[""]) == 1 else {
             d: ", ".join(t) for d, t in texts.items()
         }
     method = "exact" if p.exact else ("iterative" if spec.solution == "sound" and not sound else spec.solution)
     return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, exact=exact_text, method=method)
+
+
+def _aggregate(op: str, values: list[Any]) -> Any:
+    """A value filter (``min``, ``max``, ``avg``, ``sum``, ``first``) of ``values`` (floats or rationals)."""
+    if op == "first":
+        return values[0]
+    if op in ("min", "max"):
+        return min(values) if op == "min" else max(values)
+    total = sum(values[1:], values[0])
+    return total / len(values) if op == "avg" else total
+
+
+def _truth_filter(op: str, threshold: tuple[str, Fraction], g: dict[str, Any],
+                  exact: bool) -> tuple[float | None, bool | None, bool | None]:
+    """``(count, truth, decided)`` of ``filter(count|forall|exists, P>=p [...], "init")``.
+
+    ``count``: the number of initial states that satisfy the threshold (a value, no truth); ``forall``/``exists``:
+    whether all / some do. ``decided``: whether the states' bounds settle it (None without bounds).
+    """
+    holds = [decide([v], threshold) for v in (g["rationals"] if exact else g["values"].tolist())]
+    lo, hi = g["lo_hi"]
+    settled = None if exact or lo is None else [decide([a], threshold) == decide([b], threshold)
+                                                   for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    if op == "count":
+        return float(sum(holds)), None, None
+    if op == "forall":
+        truth = all(holds)
+        decided = None if settled is None else (all(settled) if truth else any(
+            s and not h for s, h in zip(settled, holds, strict=True)))
+    else:
+        truth = any(holds)
+        decided = None if settled is None else (any(s and h for s, h in zip(settled, holds, strict=True))
+                                                if truth else all(settled))
+    return None, truth, True if exact else decided
 
 
 def _pick(v: Any, key: str) -> float:
@@ -205,11 +318,13 @@ def check_values(storm_model: Any, spec: PropertySpec, kind: str,
     "value_max": [N]}``. Storm computes every state's value for the initial states' anyway (all states are
     reachable from them), so asking for the whole vector costs no second check.
     """
+    op = spec.filter if spec.filter in VALUE_FILTERS else None  # filter(max, ..., "init"): one value
     if kind == "dtmc" or spec.has_direction:
         vec = value_vector(storm_model, spec.formula)
-        vals = vec[initial]
-        return (float(vals[0]) if vals.shape[0] == 1 else {"min": float(vals.min()), "max": float(vals.max())}), {
-            "value": vec}
+        return summarise(vec[initial], None, None, op)[0], {"value": vec}
     lo = value_vector(storm_model, spec.with_direction("min"))
     hi = value_vector(storm_model, spec.with_direction("max"))
+    if op not in (None, "range"):
+        lo_v, hi_v = summarise(lo[initial], None, None, op)[0], summarise(hi[initial], None, None, op)[0]
+        return {"min": float(lo_v), "max": float(hi_v)}, {"value_min": lo, "value_max": hi}  # type: ignore[arg-type]
     return {"min": float(lo[initial].min()), "max": float(hi[initial].max())}, {"value_min": lo, "value_max": hi}

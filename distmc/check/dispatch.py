@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from distmc.assemble.reducer import LABEL_CHUNK, InducedModel
+from distmc.assemble.reducer import LABEL_CHUNK, InducedModel, absorbing
+from distmc.assemble.storm import to_storm
 from distmc.check.checker import check
 from distmc.check.properties import PropertySet, PropertySpec
 from distmc.check.result import CheckResult, Precision, decide
-from distmc.errors import DistmcError, ResourceLimitError
+from distmc.errors import DistmcError, PropertyError, ResourceLimitError
 from distmc.model.packing import StateCodec
 
 __all__ = ["EXACT_TIMEOUT_S", "check_native_result", "check_properties", "single_property_states"]
@@ -53,15 +54,23 @@ def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Pr
         name = str(spec.reward_name)
         model = dataclasses.replace(induced, rewards={name: induced.rewards[name]})
     value = check_native(model, spec, precision=precision.eps, progress=progress)
+    if isinstance(value, dict) and spec.filter in ("min", "max"):  # a range over several initial states
+        value = value[spec.filter]
+    elif isinstance(value, dict) and spec.filter in ("avg", "sum", "first", "count"):
+        raise PropertyError(f"the native checker answers filter({spec.filter}, ...) over one initial state only: "
+                            f"use --checker storm")
     vals = [value] if not isinstance(value, dict) else [value["min"], value["max"]]
     bounds: Any = None
     if spec.solution == "sound":
         iv = [precision.interval(v, spec.operator == "P") for v in vals]
         bounds = iv[0] if not isinstance(value, dict) else {"min": iv[0], "max": iv[1]}
     truth = decided = None
+    if spec.filter == "count" and spec.threshold is not None:  # one initial state: 1 or 0
+        return CheckResult(value=float(decide(vals, spec.threshold)), method=spec.solution, checker="native")
     if spec.threshold is not None:
-        truth = decide(vals, spec.threshold)
-        if bounds is not None:
+        truth = decide(vals, spec.threshold) if spec.filter != "exists" else any(decide([v], spec.threshold)
+                                                                                  for v in vals)
+        if bounds is not None and not (spec.filter == "exists" and isinstance(value, dict)):
             lo, hi = (bounds if not isinstance(bounds, dict) else
                       bounds["min" if spec.threshold[0].startswith(">") else "max"])
             decided = decide([lo], spec.threshold) == decide([hi], spec.threshold)
@@ -114,29 +123,40 @@ def _forked(fn: Callable[[], Any], timeout_s: float, partial: dict[str, Any]) ->
 
 def check_properties(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
                      storm_model: Callable[[], Any], exact_timeout_s: float = EXACT_TIMEOUT_S,
-                     progress: Callable[[str], None] | None = None) -> list[CheckResult]:
+                     progress: Callable[[str], None] | None = None,
+                     codec: StateCodec | None = None) -> list[CheckResult]:
     """Check each property of ``props`` with its checker (``checkers[i]``: ``storm`` or ``native``).
 
     ``storm_model`` builds (once, on first use) Storm's model of ``induced``: it may release ``induced``'s
-    transitions, so the native checks run first. With ``precision.exact`` every check runs in a child process
-    that is stopped after ``exact_timeout_s`` seconds. ``progress``: the native checker's steps (the live line).
+    transitions, so the native checks run first, and so do the reward-bounded path formulas whose targets other
+    properties keep expanded: Storm checks those on a copy of ``induced`` with the targets absorbing
+    (:func:`~distmc.assemble.reducer.absorbing`; ``codec`` decodes the states for it). With ``precision.exact``
+    every check runs in a child process that is stopped after ``exact_timeout_s`` seconds. ``progress``: the
+    native checker's steps (the live line).
     """
     if precision.exact:
         partial = {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0}
-        return _forked(lambda: _check_all(props, induced, checkers, precision, storm_model), exact_timeout_s, partial)
-    return _check_all(props, induced, checkers, precision, storm_model, progress)
+        return _forked(lambda: _check_all(props, induced, checkers, precision, storm_model, codec=codec),
+                       exact_timeout_s, partial)
+    return _check_all(props, induced, checkers, precision, storm_model, progress, codec)
 
 
 def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
-               storm_model: Callable[[], Any], progress: Callable[[str], None] | None = None) -> list[CheckResult]:
+               storm_model: Callable[[], Any], progress: Callable[[str], None] | None = None,
+               codec: StateCodec | None = None) -> list[CheckResult]:
     out: list[CheckResult | None] = [None] * len(props.specs)
-    order = sorted(range(len(props.specs)), key=lambda i: checkers[i] != "native")
+    copies = {i: c for i, s in enumerate(props.specs) if checkers[i] != "native" and s.bound_rewards
+              and codec is not None and (c := absorbing(induced, _terminal_states(induced, s, codec, True))) is not None}
+    order = sorted(range(len(props.specs)), key=lambda i: (checkers[i] != "native", i not in copies))
     built: list[Any] = []
     for i in order:
         spec = props.specs[i]
         t = time.perf_counter()
         if checkers[i] == "native":
             res = check_native_result(induced, spec, precision, progress)
+        elif i in copies:  # Storm's reward-bounded method on the copy with the targets absorbing
+            res = check(to_storm(copies.pop(i), exact=precision.exact), spec, induced.kind, induced.initial,
+                        precision)
         else:
             if not built:
                 built.append(storm_model())
@@ -145,6 +165,19 @@ def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], p
         out[i] = dataclasses.replace(res, checker="storm-exact" if res.method == "exact" else checkers[i],
                                      check_s=time.perf_counter() - t)
     return [r for r in out if r is not None]
+
+
+def _terminal_states(induced: InducedModel, spec: PropertySpec, codec: StateCodec, stop: bool = False) -> np.ndarray:
+    """``[N]`` bool: the states of ``induced`` that ``spec``'s own exploration would not expand.
+
+    ``stop``: the property's ``stop`` states instead (:class:`~distmc.check.properties.PropertySpec`).
+    """
+    terminal = np.zeros(induced.n_states, dtype=bool)
+    if spec.stop if stop else spec.terminal:
+        for start in range(0, induced.n_states, LABEL_CHUNK):
+            states = codec.unpack(induced.keys[start : start + LABEL_CHUNK])
+            terminal[start : start + states.shape[0]] = spec.terminal_mask(states, stop)
+    return terminal
 
 
 def single_property_states(induced: InducedModel, props: PropertySet, codec: StateCodec) -> list[int]:
@@ -158,11 +191,7 @@ def single_property_states(induced: InducedModel, props: PropertySet, codec: Sta
     state_end = induced.row_offsets[induced.row_groups[1:]]
     out = []
     for spec in props.specs:
-        terminal = np.zeros(n, dtype=bool)
-        if spec.terminal:
-            for start in range(0, n, LABEL_CHUNK):
-                states = codec.unpack(induced.keys[start : start + LABEL_CHUNK])
-                terminal[start : start + states.shape[0]] = spec.terminal_mask(states)
+        terminal = _terminal_states(induced, spec, codec)
         seen = np.zeros(n, dtype=bool)
         seen[induced.initial] = True
         frontier = np.unique(induced.initial)

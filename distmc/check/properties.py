@@ -34,11 +34,13 @@ import stormpy
 import stormpy.logic as sl
 
 from distmc._internal.stderr import storm_lines, storm_quiet
+from distmc.check.result import TRUTH_FILTERS, VALUE_FILTERS
 from distmc.errors import PropertyError
 from distmc.model.expr import CompiledExpr
-from distmc.model.program import Model
+from distmc.model.program import LITERAL, Model, split_top
 
-__all__ = ["PropertySet", "PropertySpec", "parse_properties", "parse_property", "split_statements"]
+__all__ = ["PropertySet", "PropertySpec", "parse_properties", "parse_property", "property_constants",
+           "split_statements"]
 
 _LABEL_REF = re.compile(r'(?<![{\w])"([^"]+)"')
 _BUILTIN_LABELS = ("init", "deadlock")
@@ -65,6 +67,12 @@ class PropertySpec:
             ``steps`` (``X``, step-bounded until, ``C<=k``, ``I=k``: finitely many matrix-vector steps, exact up
             to floating point) or ``other`` (long-run averages, nested operators, LTL: Storm's method, no stated
             bound).
+        filter: ``filter(op, ..., "init")``'s function over the initial states (``max``, ``avg``, ``forall``,
+            ...; :data:`~distmc.check.result.VALUE_FILTERS`, :data:`~distmc.check.result.TRUTH_FILTERS`), or None:
+            the value at the one initial state, or the range over several.
+        bound_rewards: reward structures that reward bounds of path formulas name (``F{"time"}<=200``).
+        stop: a reward-bounded until's states after which its value is decided (its target, and its left side's
+            violations), as ``terminal``'s pairs: Storm's reward-bounded method needs them absorbing.
     """
 
     text: str
@@ -80,11 +88,14 @@ class PropertySpec:
     threshold: tuple[str, Fraction] | None = None
     quantitative: Any = None
     solution: str = "sound"
+    filter: str | None = None
+    bound_rewards: list[str] = field(default_factory=list)
+    stop: list[tuple[CompiledExpr, bool]] = field(default_factory=list)
 
-    def terminal_mask(self, states: np.ndarray) -> np.ndarray:
-        """``[B]`` bool: which of ``states`` ``[B, V]`` are not to be expanded."""
+    def terminal_mask(self, states: np.ndarray, stop: bool = False) -> np.ndarray:
+        """``[B]`` bool: which of ``states`` ``[B, V]`` are not to be expanded; ``stop``: ``stop``'s instead."""
         out = np.zeros(states.shape[0], dtype=bool)
-        for e, value in self.terminal:
+        for e, value in self.stop if stop else self.terminal:
             v = e(states)
             out |= v if value else ~v
         return out
@@ -103,10 +114,74 @@ _KEYWORDS = {"P", "R", "S", "F", "G", "U", "W", "X", "C", "I", "LRA", "min", "ma
              "true", "false", "floor", "ceil", "pow", "mod", "log", "multi", "filter", "T"}
 
 
+_GLOBALLY = re.compile(r"(?<![\w\"])G\s*(<=|<|>=|>|\[)")
+
+
+def _operand_end(text: str, start: int) -> int:
+    """Where the path formula that starts at ``start`` ends: at the bracket closing the group it is in."""
+    depth = 0
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                return i
+            depth -= 1
+    return len(text)
+
+
+def _bounded_globally(text: str) -> str:
+    """``text`` with every step-bounded ``G`` written in a form Storm parses (its parser has no bounded ``G``).
+
+    ``G<=k phi`` (``phi`` in each of the steps 0..k) is ``phi U[k+1,k+1] true`` and ``G<k phi`` is ``phi U[k,k]
+    true``: a step-bounded until, checked by matrix-vector steps like ``F<=k``; ``G[a,b] phi`` and ``G>=k phi``
+    become the path formulas ``!(F[a,b] !phi)`` and ``!(F>=k !phi)``, which Storm checks as LTL.
+    """
+    while (m := _GLOBALLY.search(text)) is not None:
+        if m.group(1) == "[":
+            close = text.index("]", m.end())
+            bound, after = text[m.end() : close], close + 1
+        else:
+            bm = re.match(r"\s*(\([^()]*\)|[\w.]+)", text[m.end() :])
+            if bm is None:
+                return text
+            bound, after = bm.group(1), m.end() + bm.end()
+        end = _operand_end(text, after)
+        phi = text[after:end].strip()
+        op = m.group(1)
+        if op == "<=":
+            new = f"({phi}) U[({bound})+1, ({bound})+1] true"
+        elif op == "<":
+            new = f"({phi}) U[{bound}, {bound}] true"
+        elif op == "[":
+            lo, _, hi = bound.partition(",")
+            new = (f"({phi}) U[({hi.strip()})+1, ({hi.strip()})+1] true" if lo.strip() == "0"
+                   else f"!(F[{bound}] {_negate(phi)})")
+        else:
+            new = f"!(F{op}{bound} {_negate(phi)})"
+        text = text[: m.start()] + new + text[end:]
+    return text
+
+
+def _negate(phi: str) -> str:
+    """``!(phi)``, or the operand of ``phi = !psi`` (Storm's LTL takes ``!(!psi)`` for an unknown label)."""
+    rest = phi[1:].strip() if phi.startswith("!") else ""
+    if rest and all(len(split_top(rest, op)) == 1 for op in "&|=<>"):
+        return rest
+    return f"!({phi})"
+
+
+def _names(model: Model) -> set[str]:
+    """The identifiers a property may use: variables, constants and PRISM formulas."""
+    return ({v.name for v in model.variables} | {c.name for c in model.program.constants}
+            | {v.name for v in model.program.expression_manager.get_variables()})
+
+
 def _unknown_names(text: str, model: Model) -> list[str]:
     """Identifiers in ``text`` (outside quoted labels and reward names) that the model does not define."""
     bare = re.sub(r'"[^"]*"', " ", text)
-    known = {v.name for v in model.variables} | {c.name for c in model.program.constants}
+    known = _names(model)
     return sorted({w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", bare) if w not in known | _KEYWORDS})
 
 
@@ -256,14 +331,16 @@ def parse_property(text: str, model: Model, name: str | None = None) -> Property
                 f"property '{text}' names label \"{label}\", which {model.path} does not define "
                 f"(labels: {', '.join(sorted(model.labels)) or 'none'})"
             )
-    original = _parse(text, model)
+    filter_op, inner = _split_filter(text)
+    work = inner if "G" in _names(model) else _bounded_globally(inner)  # a variable G: as Storm reads it
+    original = _parse(work, model)
     operator = next((op for cls, op in _OPERATORS if isinstance(original, cls)), None)
     if operator is None:
         raise PropertyError(
             f"property '{text}' must be a P, R, S (LRA) or T operator: P=? [...], P>=0.5 [...], R{{\"r\"}}=? [...], "
             f"S=? [...] (optionally with min/max)"
         )
-    spec = PropertySpec(text=text, formula=None, name=name, operator=operator)
+    spec = PropertySpec(text=text, formula=None, name=name, operator=operator, filter=filter_op)
     spec.is_reward = operator == "R"
     spec.has_direction = bool(original.has_optimality_type)
     if spec.is_reward:
@@ -278,10 +355,16 @@ def parse_property(text: str, model: Model, name: str | None = None) -> Property
                 )
         elif len(model.rewards) > 1:  # the first, as Storm takes it
             spec.reward_name = model.rewards[0].name
+    spec.bound_rewards = list(dict.fromkeys(_BOUND_REWARD.findall(str(original))))
+    have = [r.name for r in model.rewards]
+    for r in spec.bound_rewards:
+        if r not in have:
+            raise PropertyError(f"property '{text}' bounds a path by reward structure '{r}', which the model lacks "
+                                f"(have: {have})")
     spec.terminal = _terminal(original, model)
     # The formula for checking: PRISM labels expanded, so propositional parts are single atomic expressions.
     expanded = _LABEL_REF.sub(
-        lambda m: f"({model.labels[m.group(1)].text})" if m.group(1) in model.labels else m.group(0), text
+        lambda m: f"({model.labels[m.group(1)].text})" if m.group(1) in model.labels else m.group(0), work
     )
     if spec.is_reward and len(model.rewards) > 1 and spec.reward_name and not original.has_reward_model_name():
         # name the structure: beside another property's, the induced model holds several and Storm needs the name
@@ -311,8 +394,40 @@ def parse_property(text: str, model: Model, name: str | None = None) -> Property
                 sl.OptimizationDirection.MINIMIZE if comparison.startswith(">") else sl.OptimizationDirection.MAXIMIZE
             )
             spec.has_direction = True
-    spec.solution = _solution(spec.formula)
+    spec.solution = "other" if spec.bound_rewards else _solution(spec.formula)  # Storm's epoch method: no bound
+    if spec.bound_rewards:
+        spec.stop = spec.terminal or _stop(spec.formula, model)
+    if filter_op in TRUTH_FILTERS and spec.threshold is None:
+        raise PropertyError(f"property '{text}': filter({filter_op}, ...) counts or quantifies truth values: give it "
+                            f"a threshold property (P>=0.5 [...]), or use min, max, avg, sum or first for a value")
+    if filter_op in VALUE_FILTERS and spec.threshold is not None and filter_op != "range":
+        raise PropertyError(f"property '{text}': filter({filter_op}, ...) of a threshold property: use forall, "
+                            f"exists or count, or ask for the value (=?)")
     return spec
+
+
+_FILTER = re.compile(r"^\s*filter\s*\((.*)\)\s*$", re.S)
+_BOUND_REWARD = re.compile(r'rew\{"([^"]+)"\}')
+
+
+def _split_filter(text: str) -> tuple[str | None, str]:
+    """``(op, property)`` of ``filter(op, property, "init")``; ``(None, text)`` for a property without a filter.
+
+    Raises:
+        PropertyError: for a filter function or a set of states distmc does not answer.
+    """
+    m = _FILTER.match(text)
+    if m is None:
+        return None, text
+    args = [a.strip() for a in split_top(m.group(1), ",")]
+    supported = ", ".join(VALUE_FILTERS + TRUTH_FILTERS)
+    if args[0] not in VALUE_FILTERS + TRUTH_FILTERS:
+        raise PropertyError(f"property '{text}': filter function '{args[0]}' is not supported (over the initial "
+                            f"states distmc answers {supported}; --values writes every state's value)")
+    if len(args) != 3 or args[2] != '"init"':
+        raise PropertyError(f"property '{text}': distmc answers filters over the initial states only, "
+                            f'filter({args[0]}, PROPERTY, "init") (--values writes every state\'s value)')
+    return args[0], args[1]
 
 
 def _has_opaque_combination(f: Any) -> bool:
@@ -408,13 +523,33 @@ class PropertySet:
         return out
 
     def reward_names(self, model: Model) -> list[str]:
-        """The reward structures the properties use, each once, in order of first use."""
-        names = [model.reward(s.reward_name).name for s in self.specs if s.is_reward]
+        """The reward structures the properties use (``R`` operators and reward bounds), each once, in order."""
+        names = []
+        for s in self.specs:
+            names += ([model.reward(s.reward_name).name] if s.is_reward else []) + s.bound_rewards
         return list(dict.fromkeys(names))
 
 
 _NAMED = re.compile(r'^\s*"([^"]+)"\s*:\s*(.*)$', re.S)
 _CONST = re.compile(r"^\s*const\b")
+_UNDEFINED_CONST = re.compile(r"^\s*const\s+(?:(int|double|bool)\s+)?([A-Za-z_]\w*)\s*$")
+
+
+def property_constants(text: str) -> list[str]:
+    """The constants a properties text declares without a value (``const int B;``): ``--const`` gives them."""
+    return [m.group(2) for s in split_statements(text) if (m := _UNDEFINED_CONST.match(s))]
+
+
+def _define(statement: str, constants: dict[str, str]) -> str:
+    """``const int B`` with ``B`` in ``constants``: ``const int B = 5`` (other statements as they are)."""
+    m = _UNDEFINED_CONST.match(statement)
+    if m is None or m.group(2) not in constants:
+        return statement
+    value = constants[m.group(2)].strip()
+    if not LITERAL.fullmatch(value):
+        raise PropertyError(f"cannot read the value '{value}' of constant '{m.group(2)}' of the properties: give a "
+                            f"number (3, 0.1, 1/3) or true/false")
+    return f"const {m.group(1) or 'int'} {m.group(2)} = {value}"
 
 
 def split_statements(text: str) -> list[str]:
@@ -437,11 +572,12 @@ def split_statements(text: str) -> list[str]:
     return [s for s in out if s]
 
 
-def parse_properties(text: str, model: Model) -> PropertySet:
+def parse_properties(text: str, model: Model, constants: dict[str, str] | None = None) -> PropertySet:
     """Parse one or several properties: ``A; B``, or the text of a PRISM properties file.
 
     A properties file has one property per line or ``;``-separated, ``"name": P=? [...]`` names, and ``const``
-    definitions the properties use.
+    definitions the properties use; ``constants`` gives the values of those it declares without one
+    (``const int B;`` and ``--const B=5``, as PRISM and Storm take them).
 
     Example:
         >>> parse_properties('"six": P=? [F "six"]; P>=0.1 [X s=1]', model).specs[0].name  # doctest: +SKIP
@@ -450,26 +586,72 @@ def parse_properties(text: str, model: Model) -> PropertySet:
     Raises:
         PropertyError: as :func:`parse_property`, for a constant without a value, or for no property at all.
     """
-    statements = split_statements(text)
+    statements = [_define(s, constants or {}) for s in split_statements(text)]
     props = [s for s in statements if not _CONST.match(s)]
     if not props:
         raise PropertyError(f"no property in '{text}'")
     if len(statements) == 1:
         named = _NAMED.match(props[0])
-        return PropertySet([parse_property(named.group(2), model, named.group(1)) if named
-                            else parse_property(props[0], model)])
-    parsed = _parse_all(";\n".join(statements), model)
+        one = parse_property(named.group(2), model, named.group(1)) if named else parse_property(props[0], model)
+        _check_reward_bounded([one])
+        return PropertySet([one])
+    rewrite = (lambda s: s) if "G" in _names(model) else _bounded_globally
+    parsed = _parse_all(";\n".join(rewrite(s) for s in statements), model)
     if len(parsed) != len(props):
         raise PropertyError(f"expected {len(props)} properties in '{text}', Storm read {len(parsed)}")
     specs = []
     for stmt, prop in zip(props, parsed, strict=True):
         if prop.contains_undefined_constants():
-            raise PropertyError(f"property '{stmt}' uses a constant without a value "
-                                f"({', '.join(str(c) for c in prop.get_undefined_constants())}): define it in the "
+            names = [c.name for c in prop.get_undefined_constants()]
+            raise PropertyError(f"property '{stmt}' uses a constant without a value ({', '.join(names)}): give it "
+                                f"with --const {','.join(n + '=VALUE' for n in names)}, or define it in the "
                                 f"properties, e.g. const double p = 0.1;")
         named = _NAMED.match(stmt)
         body = named.group(2) if named else stmt
         # With constants, the text Storm prints has them substituted; without, the user's text is kept.
-        specs.append(parse_property(str(prop.get_raw_formula()) if len(props) < len(statements) else body, model,
-                                    named.group(1) if named else None))
+        if len(props) < len(statements):
+            op, _ = _split_filter(body)
+            raw = str(prop.get_raw_formula())
+            body = raw if op is None else f'filter({op}, {raw}, "init")'
+        specs.append(parse_property(body, model, named.group(1) if named else None))
+    _check_reward_bounded(specs)
     return PropertySet(specs)
+
+
+def _literal(f: Any, model: Model) -> tuple[CompiledExpr, bool] | None:
+    """``(expression, value)`` of an atom or a negated atom (``f`` holds where the expression equals the value)."""
+    if isinstance(f, sl.UnaryBooleanStateFormula):  # Storm's only unary Boolean operator: not
+        inner = _literal(f.subformula, model)
+        return None if inner is None else (inner[0], not inner[1])
+    a = _atom(f, model)
+    return None if a is None else (a[1], True)
+
+
+def _stop(f: Any, model: Model) -> list[tuple[CompiledExpr, bool]]:
+    """The stop states of a reward-bounded until ``f`` with literal sides (see ``PropertySpec.stop``), else []."""
+    sub = f.subformula
+    if not isinstance(sub, sl.BoundedUntilFormula):
+        return []
+    right = _literal(sub.right_subformula, model)
+    left_f = sub.left_subformula
+    literal_true = isinstance(left_f, sl.BooleanLiteralFormula) and str(left_f) == "true"
+    left = None if literal_true else _literal(left_f, model)
+    if right is None or (left is None and not literal_true):
+        return []
+    return [right] + ([] if left is None else [(left[0], not left[1])])
+
+
+def _check_reward_bounded(specs: list[PropertySpec]) -> None:
+    """Refuse a reward-bounded path formula whose target states distmc cannot make absorbing.
+
+    Storm's reward-bounded method (stormpy 2.0.0) crashed the process, or answered wrongly (0.929 where the exact
+    value is 0.907, -2.7e41 for a probability), on chains whose target states are not absorbing. Its states are
+    made absorbing by the property's terminal states (:func:`_terminal`: atomic sides) in the exploration, or in a
+    copy of the model for its check where the exploration keeps them expanded (other properties of the run, or a
+    negated side: :func:`_stop`; :func:`distmc.check.dispatch.check_properties`).
+    """
+    for s in specs:
+        if s.bound_rewards and not s.stop:
+            raise PropertyError(f"property '{s.text}': a reward-bounded path formula needs sides that are labels or "
+                                f"expressions, or their negations (as in !\"a\" U{{\"r\"}}<=5 x=3): Storm's method "
+                                f"fails otherwise")

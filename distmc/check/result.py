@@ -17,7 +17,8 @@ import numpy as np
 
 from distmc.errors import DistmcError
 
-__all__ = ["DEFAULT_PRECISION", "CheckResult", "Precision", "Value", "decide", "result_entry", "result_line"]
+__all__ = ["DEFAULT_PRECISION", "TRUTH_FILTERS", "VALUE_FILTERS", "CheckResult", "Precision", "Value", "decide",
+           "result_entry", "result_line"]
 
 #: Absolute precision of every unbounded check unless asked otherwise (``--precision-abs``).
 DEFAULT_PRECISION = 1e-12
@@ -119,8 +120,24 @@ def decide(values: Iterable[float | Fraction], threshold: tuple[str, Fraction]) 
     return True
 
 
-def summarise(per_state: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None) -> tuple[Value, Bounds | None]:
-    """The value and bounds of one direction at the initial states ``[I]``: one number, or their range."""
+#: Filters over the initial states (``filter(op, P=? [...], "init")``) whose result is a value of the property.
+VALUE_FILTERS = ("min", "max", "avg", "sum", "first", "range")
+#: Filters over the initial states that count or quantify a threshold property's truth values.
+TRUTH_FILTERS = ("count", "forall", "exists")
+
+
+def summarise(per_state: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None,
+              filter_op: str | None = None) -> tuple[Value, Bounds | None]:
+    """The value and bounds of one direction at the initial states ``[I]``: one number, or their range.
+
+    ``filter_op``: a filter of :data:`VALUE_FILTERS` over the initial states (PRISM's and Storm's ``filter(op,
+    prop, "init")``): one number, its bounds the same function of the states' bounds (``range``: the range).
+    """
+    if filter_op in ("min", "max", "avg", "sum", "first"):
+        def f(a: np.ndarray) -> float:
+            return float(a[0] if filter_op == "first" else getattr(np, "mean" if filter_op == "avg" else filter_op)(a))
+
+        return f(per_state), None if lo is None or hi is None else (f(lo), f(hi))
     if per_state.shape[0] == 1:
         return float(per_state[0]), None if lo is None or hi is None else (float(lo[0]), float(hi[0]))
     value = {"min": float(per_state.min()), "max": float(per_state.max())}

@@ -31,6 +31,7 @@ from distmc.errors import ModelError, UnsupportedError
 from distmc.model.expr import CompiledExpr, compile_expression, reparseable
 
 __all__ = [
+    "LITERAL",
     "Command",
     "Model",
     "Module",
@@ -39,6 +40,7 @@ __all__ = [
     "Variable",
     "load_model",
     "parse_constants",
+    "split_top",
 ]
 
 #: Upper bound on the number of valuations enumerated for an ``init ... endinit`` block.
@@ -228,8 +230,9 @@ def _storm_message(text: str) -> str:
     return f":{m.group(1)}:{m.group(2)}: syntax error: {m.group(3)}{near}"
 
 
-#: What ``--const`` accepts as a value: true, false, or arithmetic over number literals.
-_LITERAL = re.compile(r"true|false|[-+*/()\s0-9.eE]*[0-9][-+*/()\s0-9.eE]*")
+#: What ``--const`` accepts as a value: true, false, or arithmetic over number literals (Storm's expression parser
+#: crashes the process on an unknown identifier).
+LITERAL = re.compile(r"true|false|[-+*/()\s0-9.eE]*[0-9][-+*/()\s0-9.eE]*")
 
 
 def _instantiate(prog: Any, path: Path, constants: dict[str, str]) -> Any:
@@ -237,7 +240,7 @@ def _instantiate(prog: Any, path: Path, constants: dict[str, str]) -> Any:
     for name in constants:
         if name not in known:
             open_ = [c.name for c in prog.constants if not c.defined]
-            raise ModelError(f"{path}: --const names '{name}', which the model does not declare; "
+            raise ModelError(f"{path}: --const names '{name}', which neither the model nor the properties declare; "
                              + (f"its undefined constants are {', '.join(open_)}" if open_
                                 else "it has no undefined constants to give"))
     defs = {}
@@ -249,7 +252,7 @@ def _instantiate(prog: Any, path: Path, constants: dict[str, str]) -> Any:
         if c.defined:
             raise ModelError(f"{path}: constant '{name}' is already defined in the model and cannot be set with --const")
         # Storm's expression parser crashes the process on an unknown identifier: only literals get to it.
-        if not _LITERAL.fullmatch(text.strip()):
+        if not LITERAL.fullmatch(text.strip()):
             raise ModelError(f"{path}: cannot read the value '{text}' of constant '{name}': give a number "
                              f"(3, 0.1, 1/3, 1e-3) or true/false")
         try:
@@ -283,7 +286,7 @@ def _int(e: Any, what: str, path: Path) -> int:
 _REWARDS_RE = re.compile(r'^rewards(?:[ \t]+"([^"]*)")?\s*(.*?)^endrewards', re.S | re.M)
 
 
-def _split_top(text: str, sep: str) -> list[str]:
+def split_top(text: str, sep: str) -> list[str]:
     """Split at ``sep`` outside parentheses/brackets (Storm prints every compound expression parenthesised)."""
     depth, start, parts = 0, 0, []
     for i, ch in enumerate(text):
@@ -326,7 +329,7 @@ def _rewards(prog: Any, columns: dict[str, tuple[int, bool]], path: Path) -> lis
             if item.startswith("["):
                 end = item.index("]")
                 action, item = item[1:end].strip(), item[end + 1 :]
-            guard_txt, value_txt = _split_top(item, ":")[0], ":".join(_split_top(item, ":")[1:])
+            guard_txt, value_txt = split_top(item, ":")[0], ":".join(split_top(item, ":")[1:])
             guard = compile_expression(parser.parse_from_string(reparseable(guard_txt.strip()), True), columns)
             value = compile_expression(parser.parse_from_string(reparseable(value_txt.strip()), True), columns)
             if action is None:
