@@ -163,8 +163,9 @@ def _sound_direction(storm_model: Any, formula: Any, initial: np.ndarray, p: Pre
             pairs = np.asarray([ask.interval(v, probability, complement) for v in values.tolist()],
                                dtype=np.float64).reshape(-1, 2)
             lo, hi = pairs[:, 0], pairs[:, 1]
-        lo, hi = widen(np.minimum(lo, values), np.maximum(hi, values), probability)
-        out = {"values": values, "lo": lo, "hi": hi, "rationals": None}
+        lo, hi = np.minimum(lo, values), np.maximum(hi, values)
+        wide = widen(lo, hi, probability)
+        out = {"values": values, "lo": wide[0], "hi": wide[1], "rationals": None}
         if p.excess(lo, hi) <= 0:
             break
         allowed = p.target(lo, hi)

@@ -300,8 +300,8 @@ def _sound(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, stop: 
     stand)``, and once every ``y < 1`` it lies in ``x + y * [L, U]`` with L, U the least and greatest
     ``x / (1 - y)`` over the active states (bounds on every active state's value, so the best ones seen so far
     stay valid: L only grows, U only shrinks). Needs every active state to leave the active states with
-    probability 1. It stops when the bounds at the relevant states meet ``stop.precision``'s rule (the reported
-    interval, widened for rounding: :meth:`~distmc.check.result.Precision.excess`), and raises
+    probability 1. It stops when the bounds at the relevant states meet ``stop.precision``'s rule
+    (:meth:`~distmc.check.result.Precision.excess`), and raises
     :class:`~distmc.errors.SlowConvergenceError` when the bound gap shrinks too slowly to get there within
     ``max_iterations`` (:func:`_slow`). Returns the midpoint and the lower and upper bounds, ``[n]`` each (equal
     outside the active states).
