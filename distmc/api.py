@@ -444,8 +444,7 @@ def _check_explained(induced: InducedModel, spec: PropertySpec, used: str, expla
     """
     if used == "native":
         clock.start("checking", "distmc's native value iteration")
-        explain.vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail), induced, spec,
-                                              every_state=True)[0]}
+        explain.vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail), induced, spec)[0]}
         value = at_initial(explain.vectors["value"], induced.initial)
     else:
         clock.start("handing to Storm")

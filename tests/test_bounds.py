@@ -15,6 +15,7 @@ from __future__ import annotations
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.slow_chain import PROPERTY as SLOW_PROPERTY
@@ -23,7 +24,7 @@ from distmc.api import verify
 from distmc.assemble.storm import to_storm
 from distmc.check.checker import check
 from distmc.check.properties import parse_properties
-from distmc.check.result import DEFAULT_PRECISION, DEFAULT_RELATIVE, Precision
+from distmc.check.result import DEFAULT_PRECISION, DEFAULT_RELATIVE, Precision, widen
 from distmc.errors import SlowConvergenceError
 from distmc.model.program import load_model
 from tests.conftest import STORM_FILES
@@ -196,3 +197,18 @@ def test_distributed_threshold_reports_its_truth(local_ray: None) -> None:
 def test_distributed_slow_chain_says_what_to_use(local_ray: None, models: dict[str, Path]) -> None:
     with pytest.raises(SlowConvergenceError, match="--checker storm --exact"):
         verify(models["slow"], SLOW_PROPERTY, workers=2, checker="distributed")
+
+
+def test_the_precision_rule() -> None:
+    p = Precision()  # 1e-12 absolute and 1e-6 relative
+    lo = np.array([0.5, 1e-9, 300.0, 0.0])
+    assert list(p.target(lo, lo)) == pytest.approx([1e-12, 1e-15, 300.0 * 2.0**-46, 0.0])
+    assert p.excess(np.array([1e-9]), np.array([1e-9 + 2e-15])) > 0  # 1e-12 absolute alone would take it
+    assert Precision(1e-12, rel=None).excess(np.array([1e-9]), np.array([1e-9 + 2e-15])) <= 0
+    assert p.excess(np.array([0.0, 1.0]), np.array([0.0, 1.0])) <= 0  # points (graph analysis) meet any rule
+    assert Precision(1e-3, relative=True).excess(np.array([2.0]), np.array([2.0019])) <= 0
+    assert Precision.from_options(None, None).describe() == "1e-12 absolute and 1e-06 relative"
+    assert Precision.from_options(1e-6, None).sound_mdp and Precision.from_options(None, 1e-9).sound_mdp
+    assert not Precision.from_options(None, None).sound_mdp
+    lo_w, hi_w = widen(np.array([0.0, 0.25]), np.array([0.0, 0.25]), probability=True)
+    assert lo_w[0] == hi_w[0] == 0.0 and lo_w[1] < 0.25 < hi_w[1]

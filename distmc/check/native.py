@@ -46,7 +46,7 @@ from distmc.assemble.reducer import InducedModel
 from distmc.check.checker import MAX_ITERATIONS
 from distmc.check.kernels import ChunkedCSR, reach_back_from
 from distmc.check.properties import PropertySpec
-from distmc.check.result import Precision
+from distmc.check.result import DEFAULT_PRECISION, Precision
 from distmc.errors import PropertyError, SlowConvergenceError
 
 __all__ = ["Engine", "LocalEngine", "Stop", "at_initial", "check_native", "matrix_of", "native_values", "reachability",
@@ -327,6 +327,8 @@ def _sound(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, stop: 
         xr, yr = x[rel], y[rel]
         if math.isfinite(hi - lo):
             over = stop.precision.excess(xr + yr * lo, xr + yr * hi)
+            if stop.everywhere is not None:  # every state's bounds to an absolute precision too
+                over = max(over, stop.everywhere.excess(x[live] + ym * lo, x[live] + ym * hi))
             w = float((yr * (hi - lo)).max(initial=0.0))
             allowed = stop.precision.target(xr + yr * lo, xr + yr * hi)
             least = float(allowed.min(initial=np.inf))
@@ -362,10 +364,15 @@ def _sound(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, stop: 
 
 @dataclass(frozen=True)
 class Stop:
-    """When sound value iteration stops: the bounds at the ``relevant`` states (``[n]`` bool) meet ``precision``."""
+    """When sound value iteration stops.
+
+    The bounds at the ``relevant`` states (``[n]`` bool) meet ``precision``, and, unless None, every state's
+    meet ``everywhere`` (an absolute precision).
+    """
 
     precision: Precision
     relevant: np.ndarray
+    everywhere: Precision | None = None
 
 
 class Labelled(Protocol):
@@ -387,23 +394,25 @@ def _exact(x: np.ndarray) -> Values:
 
 
 def values_of(e: Engine, m: Labelled, spec: PropertySpec, precision: Precision | float | None = None,
-              max_iterations: int = MAX_ITERATIONS, every_state: bool = False) -> Values:
+              max_iterations: int = MAX_ITERATIONS) -> Values:
     """The property's value at each of the ``n`` states, with lower and upper bounds (equal where exact).
 
     Bounded properties are a fixed number of steps, exact up to floating point (``lower == upper == value``);
     unbounded ones come from sound value iteration, whose bounds contain the exact value. ``precision``: the
-    rule its bounds must meet (default: :class:`~distmc.check.result.Precision`'s; a number: that absolute
-    precision), at the initial states, or at every state with ``every_state`` (``--values``).
+    rule its bounds must meet at the initial states (default: :class:`~distmc.check.result.Precision`'s; a
+    number: that absolute precision); every state's bounds also meet the rule's absolute part (1e-12 for a
+    relative rule; not a relative part, which could hold up the iteration on a state whose value is 1e-200), so
+    that ``--values`` and the plain check are one and the same run.
     """
     if precision is None:
         precision = Precision()
     elif not isinstance(precision, Precision):
         precision = Precision(float(precision), rel=None)
-    relevant = np.ones(m.n_states, dtype=bool)
-    if not every_state:
-        relevant[:] = False
-        relevant[m.initial] = True
-    return (_reward if spec.is_reward else _probability)(e, m, spec, Stop(precision, relevant), max_iterations)
+    relevant = np.zeros(m.n_states, dtype=bool)
+    relevant[m.initial] = True
+    everywhere = Precision(DEFAULT_PRECISION if precision.relative else precision.eps, rel=None)
+    stop = Stop(precision, relevant, everywhere)
+    return (_reward if spec.is_reward else _probability)(e, m, spec, stop, max_iterations)
 
 
 def _probability(e: Engine, m: Labelled, spec: PropertySpec, precision: Stop, max_iterations: int) -> Values:

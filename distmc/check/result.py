@@ -27,7 +27,7 @@ DEFAULT_PRECISION = 1e-12
 #: probability keeps its digits (brp's 7.0e-10 within 1e-12 absolute alone has a relative error of 6e-4).
 DEFAULT_RELATIVE = 1e-6
 
-#: The default rule's absolute part never asks for less than this relative width (about 64 units in the last
+#: An absolute precision never asks for less than this relative width (about 64 units in the last
 #: place): 1e-12 absolute is below float64's resolution for values above about 4,500.
 FLOAT_FLOOR = 2.0**-46
 
@@ -50,7 +50,7 @@ class Precision:
       ``m`` the smaller of ``|lo|, |hi|`` (0 when the interval holds 0): within 1e-12 absolute and 1e-6
       relative; for a value above about 70 (an expected reward), where 1e-12 is finer than float64 resolves
       reliably, the absolute part is :data:`FLOAT_FLOOR` relative instead;
-    * ``--precision-abs EPS`` (``rel`` None): ``hi - lo <= eps``;
+    * ``--precision-abs EPS`` (``rel`` None): ``hi - lo <= max(eps, FLOAT_FLOOR * m)``;
     * ``--precision EPS`` (``relative``): ``hi - lo <= eps * m``;
     * ``exact``: Storm's exact rational engine instead.
 
@@ -91,8 +91,8 @@ class Precision:
             m = np.where(lo * hi > 0, np.minimum(np.abs(lo), np.abs(hi)), 0.0)
         if self.relative:
             return self.eps * m
-        if self.rel is None:
-            return np.full(m.shape, self.eps)
+        if self.rel is None:  # never finer than float64 resolves (a large expected reward)
+            return np.maximum(self.eps, FLOAT_FLOOR * m)
         return np.minimum(np.maximum(self.eps, FLOAT_FLOOR * m), self.rel * m)
 
     def excess(self, lo: np.ndarray, hi: np.ndarray) -> float:

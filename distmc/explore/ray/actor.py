@@ -499,8 +499,7 @@ class PartitionActor:
         try:
             for spec in self.parts.props.specs:
                 t_spec = time.perf_counter()
-                values_, lower, upper = values_of(engine, self.part, spec, precision, max_iterations,
-                                                  every_state=values is not None)
+                values_, lower, upper = values_of(engine, self.part, spec, precision, max_iterations)
                 checks.append({"value": values_[init], "lower": lower[init], "upper": upper[init],
                                "check_s": time.perf_counter() - t_spec})
         finally:
