@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -14,19 +15,17 @@ from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
 from distmc.check.checker import EXACT_MAX_TRANSITIONS, check_values
-from distmc.check.dispatch import EXACT_TIMEOUT_S, check_properties, single_property_states
+from distmc.check.dispatch import (
+    EXACT_TIMEOUT_S,
+    check_properties,
+    single_property_states,
+    slow_chain_sentence,
+    vector_result,
+)
 from distmc.check.native import LocalEngine, at_initial, matrix_of, unsupported, values_of
 from distmc.check.properties import PropertySpec
-from distmc.check.result import (
-    TRUTH_FILTERS,
-    VALUE_FILTERS,
-    CheckResult,
-    Precision,
-    result_entry,
-    result_line,
-    summarise,
-)
-from distmc.errors import DistmcError, PropertyError, ResourceLimitError
+from distmc.check.result import TRUTH_FILTERS, CheckResult, Precision, result_entry, result_line
+from distmc.errors import DistmcError, PropertyError, ResourceLimitError, SlowConvergenceError
 from distmc.explain.report import Explain, summary_lines
 from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, peak_rss_bytes, rss_bytes
@@ -78,25 +77,25 @@ def _distributed_why(spec: PropertySpec, kind: str) -> str | None:
     return unsupported(spec, kind)
 
 
-def _choose_ray_checker(checker: str, limits: Limits, rows: RayRows, spec: PropertySpec, kind: str, workers: int,
-                        worker_rss: int) -> str:
+def _choose_ray_checker(checker: str, limits: Limits, rows: RayRows, specs: list[PropertySpec], kind: str,
+                        workers: int, worker_rss: int) -> str:
     """``storm`` (gather the rows into this process) or ``distributed`` for a Ray run with the rows on the actors.
 
     ``auto``: Storm when gathering the rows and Storm's import and check fit in this process (under
     ``--max-memory``, less what the workers hold, else this machine's available memory), else the distributed
-    check when it can check the property, else Storm as :func:`_choose_checker` decides.
+    check when it can check every property, else Storm as :func:`_choose_checker` decides.
     """
+    why = next((f"'{s.text}': {w}" for s in specs if (w := _distributed_why(s, kind)) is not None), None)
     if checker == "distributed":
-        why = _distributed_why(spec, kind)
         if why is not None:
-            raise PropertyError(f"--checker distributed cannot check '{spec.text}': {why}")
+            raise PropertyError(f"--checker distributed cannot check {why}")
         return "distributed"
     transitions = rows.n_transitions
     per = STORM_BYTES_PER_TRANSITION + GATHER_BYTES_PER_TRANSITION * (2 if workers > 1 else 1) - 16
     rss = rss_bytes()
     need = rss + per * transitions
     budget = limits.max_memory - worker_rss if limits.max_memory is not None else rss + available_bytes()
-    if need <= budget or _distributed_why(spec, kind) is not None:
+    if need <= budget or why is not None:
         return "storm"
     log.warning("gathering the rows and Storm's check would need about %.1f GiB in this process for %d transitions "
                 "(%.1f GiB available): checking on the workers (distributed)", need / 2**30, transitions,
@@ -309,9 +308,6 @@ class _Run:
         if explain.active and len(specs) > 1:
             raise DistmcError("--traces, --values and --plot explain one property: give one --prop with them")
         explain.validate(parts)
-        if checker == "distributed" and len(specs) > 1:
-            raise DistmcError("--checker distributed checks one property a run (give one --prop), or use --checker "
-                              "auto")
         if o.checkpoint_dir is not None and ckpt is None:
             ckpt = Checkpoint.create(o.checkpoint_dir, job, parts.codec.dtype, parts.reward_names, checker=checker)
         run = cls(o, job, checker, ckpt, parts, explain, prec, limits, clock)
@@ -322,8 +318,7 @@ class _Run:
                               "storm or native with them (--values alone works with --checker distributed: each "
                               "worker writes its part of the table)")
         run.rows_stay = (run.driver == "ray" and checker in ("auto", "distributed") and o.export_path is None
-                         and not o.keep_model and (not explain.active or run.values_on_workers) and len(specs) == 1
-                         and not o.exact and not prec.relative)
+                         and not o.keep_model and (not explain.active or run.values_on_workers) and not o.exact)
         return run
 
     def explore(self) -> Explored | RayRows:
@@ -345,8 +340,8 @@ class _Run:
         ok = False
         try:
             kind = "mdp" if self.parts.force_mdp else "dtmc"  # a policy-induced model with several rows fails later
-            used = _choose_ray_checker(self.checker, self.limits, rows, self.parts.spec, kind, self.opts.workers,
-                                       sum(int(w.get("rss", 0)) for w in rows.worker_stats))
+            used = _choose_ray_checker(self.checker, self.limits, rows, self.parts.props.specs, kind,
+                                       self.opts.workers, sum(int(w.get("rss", 0)) for w in rows.worker_stats))
             if used == "distributed":
                 report = self.check_distributed(rows)
                 ok = True
@@ -358,28 +353,30 @@ class _Run:
             rows.close(ok)
 
     def check_distributed(self, rows: RayRows) -> Report:
-        """Check the property on the workers that hold the rows (:meth:`RayRows.check`)."""
-        spec = self.parts.spec
+        """Check every property on the workers that hold the rows (:meth:`RayRows.check`), on the one exploration."""
+        specs = self.parts.props.specs
         self.clock.start("checking", "distributed, on the Ray workers")
-        out = rows.check(self.prec.eps, progress=self.opts.progress,
-                         values_dir=self.opts.values if self.values_on_workers else None)
+        try:
+            out = rows.check(self.prec, progress=self.opts.progress,
+                             values_dir=self.opts.values if self.values_on_workers else None)
+        except SlowConvergenceError as exc:
+            raise SlowConvergenceError(slow_chain_sentence(str(exc), rows.n_transitions, False)) from None
         if self.values_on_workers:
             self.explain.at_risk = out["at_risk"]
         timings = self.clock.stop()
         # the workers build their parts of the model (and the exchange plan) first: that is assembly
         timings["assemble_s"] += float(out["build_s"])
         timings["check_s"] -= float(out["build_s"])
-        sound = spec.solution == "sound"
-        value, bounds = summarise(out["value"], out["lower"] if sound else None, out["upper"] if sound else None,
-                                  spec.filter if spec.filter in VALUE_FILTERS else None)
-        res = CheckResult(value, bounds, method="sound" if sound else "steps", checker="distributed",
-                          check_s=timings["check_s"])
-        entry = result_entry(spec.text, spec.name, res)
+        # each property's seconds: the slowest worker's (they check the properties one after the other)
+        checked = [dataclasses.replace(vector_result(spec, c["value"], c["lower"], c["upper"], "distributed"),
+                                       check_s=c["check_s"]) for spec, c in zip(specs, out["checks"], strict=True)]
+        entries = [result_entry(sp.text, sp.name, r) for sp, r in zip(specs, checked, strict=True)]
         return Report(
-            result=res.value, bounds=entry["bounds"],  # type: ignore[arg-type]
-            results=[entry], states=rows.n_states, transitions=rows.n_transitions, induced="dtmc",
-            choices=rows.n_states, initial_states=rows.n_initial, checker="distributed",
-            riskiest_states=self.explain.at_risk, **self.common(rows.stats, rows.worker_stats, timings))
+            result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
+            truth=checked[0].truth, results=entries, states=rows.n_states,
+            transitions=rows.n_transitions, induced="dtmc", choices=rows.n_states, initial_states=rows.n_initial,
+            checker="distributed", riskiest_states=self.explain.at_risk,
+            **self.common(rows.stats, rows.worker_stats, timings))
 
     def check_gathered(self, explored: Explored) -> tuple[Report, InducedModel]:
         """Assemble the induced model in this process and check every property (Storm, native or exact)."""
@@ -431,7 +428,9 @@ class _Run:
         def storm_model() -> object:
             if not storm_box:
                 clock.start("handing to Storm")
-                storm_box.append(to_storm(induced, release=not o.keep_model, exact=o.exact))
+                # a model the exact engine takes keeps its rows: it answers where value iteration is too slow
+                release = not o.keep_model and induced.n_transitions > EXACT_MAX_TRANSITIONS
+                storm_box.append(to_storm(induced, release=release, exact=o.exact))
                 clock.start("checking", "Storm")
             return storm_box[0]
 

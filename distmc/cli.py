@@ -41,12 +41,14 @@ def _parser() -> argparse.ArgumentParser:
                      help='a PRISM properties file (one property per line or ;-separated, "name": P=? [...], const '
                           "definitions), checked on one exploration with any --prop")
     run.add_argument("--precision", type=float, default=None, metavar="EPS",
-                     help="relative precision of the sound methods: their bounds within EPS x the value")
+                     help="relative precision of the sound methods: their bounds within EPS x the value (MDPs too)")
     run.add_argument("--precision-abs", type=float, default=None, metavar="EPS",
-                     help="absolute precision of the sound methods (default 1e-12)")
+                     help="absolute precision of the sound methods (MDPs too); neither: bounds within 1e-12 "
+                          "absolute and 1e-6 relative")
     run.add_argument("--sound-mdp", action="store_true",
                      help="check induced MDPs (monolithic mode, same-label choices) by Storm's interval iteration, "
-                          "with bounds; default: Storm's min-max value iteration, no bounds")
+                          "with bounds, also without a precision; default: Storm's min-max value iteration, no "
+                          "bounds (not sound)")
     run.add_argument("--exact", action="store_true",
                      help="check with Storm's exact rational engine (the induced probabilities taken as the "
                           "rationals of their floats; up to 200,000 transitions, stopped after 120 s or what "

@@ -15,6 +15,7 @@ __all__ = [
     "PolicyError",
     "PropertyError",
     "ResourceLimitError",
+    "SlowConvergenceError",
     "UnsupportedError",
     "WorkerError",
 ]
@@ -53,6 +54,10 @@ class PropertyError(DistmcError):
     """The PCTL property is malformed or refers to something the model does not have."""
 
     exit_code = 5
+
+
+class SlowConvergenceError(PropertyError):
+    """Value iteration converges too slowly on the model to reach the precision asked; the message names what to use."""
 
 
 class PolicyError(DistmcError):

@@ -81,8 +81,9 @@ class VerifyOptions:
             ``auto``: Storm unless it would not fit in memory (``max_memory``, else the machine's available
             memory); then native in-process, distributed under the Ray driver.
         precision: relative precision of the sound methods (``--precision``); at most one of it and
-            ``precision_abs``.
-        precision_abs: absolute precision of the sound methods (``--precision-abs``; default 1e-12).
+            ``precision_abs``. Neither: the bounds within 1e-12 absolute and 1e-6 relative
+            (:class:`~distmc.check.result.Precision`). Either one also gives MDPs sound bounds.
+        precision_abs: absolute precision of the sound methods (``--precision-abs``).
         exact: check with Storm's exact rational engine (models up to
             :data:`~distmc.check.checker.EXACT_MAX_TRANSITIONS` transitions; a check that takes longer than
             :data:`~distmc.check.dispatch.EXACT_TIMEOUT_S`, or than ``timeout`` leaves, stops with
@@ -216,12 +217,9 @@ class VerifyOptions:
             raise DistmcError(f"--resolve must be 'none' or 'uniform', not '{self.resolve}'")
         if not 0.0 <= self.threshold < 1.0:
             raise DistmcError(f"--threshold must be in [0, 1), not {self.threshold}")
-        prec = Precision.from_options(self.precision, self.precision_abs, self.exact, self.sound_mdp)
+        Precision.from_options(self.precision, self.precision_abs, self.exact, self.sound_mdp)
         if self.exact and self.checker in ("native", "distributed"):
             raise DistmcError(f"--exact checks with Storm's exact engine: not with --checker {self.checker}")
-        if prec.relative and self.checker in ("native", "distributed"):
-            raise DistmcError(f"the {self.checker} checker checks to an absolute precision only (--precision-abs): "
-                              "use --checker storm for --precision")
         parse_memory(self.max_memory)
         parse_duration(self.timeout)
         if self.traces < 0:

@@ -81,8 +81,6 @@ CASES = [
     ("missing properties file", [*RUN, "--props", "missing.props"], 5, "cannot read it"),
     ("two precisions", [*RUN, *CRASH, "--precision", "1e-6", "--precision-abs", "1e-9"], 1, "not both"),
     ("precision out of range", [*RUN, *CRASH, "--precision-abs", "2"], 1, "--precision-abs must be in (0, 1)"),
-    ("native: relative precision", [*RUN, *CRASH, "--checker", "native", "--precision", "1e-6"], 1,
-     "absolute precision only"),
     ("missing policy", [*RUN, *CRASH, "--policy", "nope.pt"], 6, "no such policy"),
     ("corrupt policy", [*RUN, *CRASH, "--policy", "{corrupt}"], 6, "not a TorchScript module, a Stable-Baselines3 .zip, nor a state_dict"),
     ("wrong input width", [*RUN, *CRASH, "--policy", "{width3}"], 6, "width 4"),

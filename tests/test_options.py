@@ -60,7 +60,6 @@ def test_frozen_and_replace_validates_again() -> None:
     ({"threshold": 1.0}, r"--threshold must be in \[0, 1\)"),
     ({"precision": 1e-6, "precision_abs": 1e-9}, "not both"),
     ({"exact": True, "checker": "native"}, "--exact checks with Storm's exact engine"),
-    ({"precision": 1e-6, "checker": "distributed"}, "absolute precision only"),
     ({"max_memory": "lots"}, "--max-memory 'lots'"),
     ({"timeout": "soon"}, "--timeout 'soon'"),
     ({"traces": -1}, "--traces must be 0 or more"),

@@ -25,7 +25,7 @@ def storm_lines(text: str) -> list[str]:
 
 
 @contextmanager
-def _redirect(fd: int, stream: object) -> Iterator[None]:
+def _redirect(fd: int, stream: object, sink: list[str] | None = None) -> Iterator[None]:
     try:
         stream.flush()  # type: ignore[attr-defined]
     except (AttributeError, OSError, ValueError):
@@ -46,12 +46,17 @@ def _redirect(fd: int, stream: object) -> Iterator[None]:
             text = tmp.read().decode(errors="replace").strip()
             if text:
                 log.debug("storm: %s", text)
+                if sink is not None:
+                    sink.append(text)
 
 
 @contextmanager
-def storm_quiet() -> Iterator[None]:
-    """Redirect file descriptors 1 and 2 to temporary files for the block; log what was written there."""
+def storm_quiet(sink: list[str] | None = None) -> Iterator[None]:
+    """Redirect file descriptors 1 and 2 to temporary files for the block; log what was written there.
+
+    ``sink``: also append the text written (after the block), for a caller that reads Storm's warnings.
+    """
     with ExitStack() as stack:
-        stack.enter_context(_redirect(1, sys.stdout))
-        stack.enter_context(_redirect(2, sys.stderr))
+        stack.enter_context(_redirect(1, sys.stdout, sink))
+        stack.enter_context(_redirect(2, sys.stderr, sink))
         yield

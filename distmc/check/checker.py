@@ -19,11 +19,12 @@ from distmc.check.result import (
     Precision,
     decide,
     summarise,
+    widen,
 )
-from distmc.errors import PropertyError
+from distmc.errors import PropertyError, SlowConvergenceError
 
-__all__ = ["EXACT_MAX_TRANSITIONS", "LRA_ELIMINATION_MAX_STATES", "check", "check_values", "environment",
-           "long_run_fallback", "value_vector"]
+__all__ = ["EXACT_MAX_TRANSITIONS", "LRA_ELIMINATION_MAX_STATES", "MAX_ITERATIONS", "check", "check_values",
+           "environment", "long_run_fallback", "value_vector"]
 
 #: Termination precision of Storm's min-max solver for MDPs (absolute, as for DTMCs, unless asked otherwise).
 MDP_PRECISION = DEFAULT_PRECISION
@@ -31,6 +32,17 @@ MDP_PRECISION = DEFAULT_PRECISION
 #: Absolute precision of the DTMC solver: sound value iteration stops when its lower and upper bounds on every
 #: state's value are within this of each other, so the reported value is within it of the exact one.
 DTMC_PRECISION = DEFAULT_PRECISION
+
+#: Storm's (and the native checker's) iterations stop after this many steps: on a chain where value iteration
+#: converges very slowly (Haddad and Monmege's, ``benchmarks/slow_chain.py``) Storm's sound value iteration would
+#: otherwise run for hours; a million steps of it take 1.3 s on that chain's 201 states. The check then goes to the
+#: exact engine where the model is small enough, or stops with a sentence saying what to use
+#: (:class:`~distmc.errors.SlowConvergenceError`).
+MAX_ITERATIONS = 1_000_000
+
+#: A sound check runs Storm again with a finer precision when its bounds do not meet the rule (a rare event under
+#: the default rule's relative part); at most this many runs.
+MAX_RUNS = 4
 
 #: ``--exact`` checks models up to this many transitions with Storm's rational engine: a guard for its memory
 #: (every probability a GMP rational, whose digits grow in the elimination). Its time is limited separately
@@ -65,8 +77,10 @@ def environment(precision: Precision | None = None, long_run: bool = False, soun
     native.method = methods.INTERVAL_ITERATION if long_run else methods.SOUND_VALUE_ITERATION
     native.precision = stormpy.Rational(p.eps)
     native.relative_termination_criterion = p.relative
+    native.maximal_number_of_iterations = MAX_ITERATIONS
     min_max = solver.min_max()
     min_max.precision = stormpy.Rational(p.eps)
+    min_max.maximal_number_of_iterations = MAX_ITERATIONS
     if not (p.sound_mdp if sound_mdp is None else sound_mdp):
         solver.force_soundness = False
         return env
@@ -126,14 +140,20 @@ def _needs_fallback(exc: PropertyError) -> bool:
 
 
 def _model_check(storm_model: Any, formula: Any, only_initial_states: bool, env: Any) -> Any:
+    said: list[str] = []
     try:
-        with storm_quiet():  # Storm logs its warnings and errors on file descriptor 1
-            return stormpy.model_checking(storm_model, formula, only_initial_states=only_initial_states,
-                                          environment=env)
+        with storm_quiet(said):  # Storm logs its warnings and errors on file descriptor 1
+            result = stormpy.model_checking(storm_model, formula, only_initial_states=only_initial_states,
+                                            environment=env)
     except (RuntimeError, stormpy.exceptions.StormError) as exc:
         lines = storm_lines(str(exc))
         why = lines[0] if lines else type(exc).__name__
         raise PropertyError(f"Storm cannot check '{formula}' on the induced model: {why}") from None
+    if any("did not converge" in text for text in said):  # Storm's iterative solver hit MAX_ITERATIONS
+        raise SlowConvergenceError(
+            f"value iteration converges too slowly on this model: Storm's did not converge on '{formula}' within "
+            f"{MAX_ITERATIONS:,} iterations")
+    return result
 
 
 def value_vector(storm_model: Any, formula: Any) -> np.ndarray:
@@ -180,6 +200,46 @@ def _direction(storm_model: Any, formula: Any, initial: np.ndarray, env: Any, ex
     return {"values": triples[:, 0], "lo": triples[:, 1], "hi": triples[:, 2], "rationals": rationals}
 
 
+def _sound_direction(storm_model: Any, formula: Any, initial: np.ndarray, p: Precision, probability: bool,
+                     complement: bool) -> dict[str, Any]:
+    """Values and bounds ``[I]`` at ``initial`` from Storm's sound method, run until they meet ``p``'s rule.
+
+    DTMCs: sound value iteration; MDPs: interval iteration; run again at a finer absolute precision while the
+    bounds do not meet the rule (at most :data:`MAX_RUNS` runs).
+
+    The bounds are Storm's own lower and upper bounds of the iteration (``get_lower_bound``/``get_upper_bound``
+    of its result), widened by :data:`~distmc.check.result.ROUNDING_ULPS`; where Storm hands out none, the value
+    +- the precision it was asked for. Storm's criterion is over the initial states only (its relevant values).
+    """
+    # the first run: the rule's own criterion (relative to the iterated value, which for G is 1 - the reported one)
+    ask = Precision(p.eps, relative=p.relative and not complement, sound_mdp=True, rel=None)
+    out: dict[str, Any] = {}
+    for _ in range(MAX_RUNS):
+        result = _model_check(storm_model, formula, True, environment(ask, sound_mdp=True))
+        values = np.asarray([float(result.get_value(int(s))) for s in initial], dtype=np.float64)
+        if result.has_lower_bounds() and result.has_upper_bounds():
+            lo = np.asarray([float(result.get_lower_bound(int(s))) for s in initial], dtype=np.float64)
+            hi = np.asarray([float(result.get_upper_bound(int(s))) for s in initial], dtype=np.float64)
+        else:
+            pairs = np.asarray([ask.interval(v, probability, complement) for v in values.tolist()],
+                               dtype=np.float64).reshape(-1, 2)
+            lo, hi = pairs[:, 0], pairs[:, 1]
+        lo, hi = np.minimum(lo, values), np.maximum(hi, values)
+        wide = widen(lo, hi, probability)
+        out = {"values": values, "lo": wide[0], "hi": wide[1], "rationals": None}
+        if p.excess(lo, hi) <= 0:
+            break
+        allowed = p.target(lo, hi)
+        width = float((hi - lo).max())
+        finer = 0.5 * float(allowed[allowed > 0].min()) if (allowed > 0).any() else 1e-3 * width
+        if not ask.relative:
+            finer = min(finer, 0.5 * ask.eps)
+        if not 0 < finer < 1:
+            break
+        ask = Precision(finer, sound_mdp=True, rel=None)
+    return out
+
+
 def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
           precision: Precision | None = None, *, env: Any = None) -> CheckResult:
     """The property's value, bounds and truth at the initial state(s).
@@ -193,42 +253,48 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
     """
     p = precision or Precision()
     long_run = _is_long_run(spec.formula)
-    if env is None:
-        env = stormpy.environments.exact() if p.exact else environment(p, long_run)
     single = kind == "dtmc" or spec.has_direction
     formulas = {"": spec.quantitative} if single else {d: spec.with_direction(d) for d in ("min", "max")}
-    try:
-        got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
-    except PropertyError as exc:
-        if not (_needs_fallback(exc) and long_run and not p.exact):
-            raise
-        env = long_run_fallback(storm_model.nr_states, p)
-        got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
-    # an MDP's bounds only from interval iteration (--sound-mdp); Storm's default min-max method states none
+    # an MDP's bounds only from interval iteration (a precision given, or --sound-mdp); Storm's default min-max
+    # method states none
     sound = spec.solution == "sound" and (kind == "dtmc" or p.sound_mdp)
     probability = spec.operator in ("P", "LRA")  # long-run averages of a state formula are probabilities too
     complement = isinstance(spec.formula.subformula, stormpy.logic.GloballyFormula)  # Storm: G phi = 1 - F !phi
+    if sound and not p.exact and env is None:
+        got = {d: _sound_direction(storm_model, f, initial, p, probability, complement) for d, f in formulas.items()}
+    else:
+        if env is None:
+            env = stormpy.environments.exact() if p.exact else environment(p, long_run)
+        try:
+            got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
+        except PropertyError as exc:
+            if not (_needs_fallback(exc) and long_run and not p.exact):
+                raise
+            env = long_run_fallback(storm_model.nr_states, p)
+            got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
+        if sound and not p.exact:  # a benchmark's own settings: the bounds its precision would state
+            for g in got.values():
+                pairs = np.asarray([p.interval(v, probability, complement) for v in g["values"].tolist()],
+                                   dtype=np.float64).reshape(-1, 2)
+                g["lo"], g["hi"] = pairs[:, 0], pairs[:, 1]
     parts: dict[str, Any] = {}
     value_filter = spec.filter if spec.filter in VALUE_FILTERS else None
     lo: np.ndarray | None
     hi: np.ndarray | None
     for d, g in got.items():
         vals = g["values"]
-        if p.exact and value_filter not in (None, "range"):  # the filter's value as a rational, then its floats
-            q = _aggregate(value_filter, g["rationals"])
+        filt = value_filter
+        if p.exact and filt not in (None, "range"):  # the filter's value as a rational, then its floats
+            q = _aggregate(filt, g["rationals"])
             g["rationals"] = [q]
             vals, lo, hi = (np.asarray([x], dtype=np.float64) for x in _float_interval(q))
-            value_filter = None
-        elif p.exact:
+            filt = None
+        elif p.exact or sound:
             lo, hi = g["lo"], g["hi"]
-        elif sound:
-            pairs = np.asarray([p.interval(v, probability, complement) for v in vals.tolist()],
-                               dtype=np.float64).reshape(-1, 2)
-            lo, hi = pairs[:, 0], pairs[:, 1]
         else:
             lo = hi = None
         g["lo_hi"] = (lo, hi)
-        parts[d] = summarise(vals, lo, hi, value_filter)
+        parts[d] = summarise(vals, lo, hi, filt)
     if single:
         value, bounds = parts[""]
     else:
@@ -255,7 +321,13 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
             d: ", ".join(t) for d, t in texts.items()
         }
     method = "exact" if p.exact else ("iterative" if spec.solution == "sound" and not sound else spec.solution)
-    return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, exact=exact_text, method=method)
+    return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, exact=exact_text, method=method,
+                       note=NOT_SOUND if method == "iterative" else None)
+
+
+#: The report's line under an MDP value checked by Storm's default min-max value iteration.
+NOT_SOUND = ("not sound: Storm's default min-max value iteration on an MDP states no error bound; give --precision "
+             "or --precision-abs (or --sound-mdp) for sound bounds by interval iteration")
 
 
 def _aggregate(op: str, values: list[Any]) -> Any:

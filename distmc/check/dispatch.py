@@ -22,13 +22,18 @@ import numpy as np
 
 from distmc.assemble.reducer import LABEL_CHUNK, InducedModel, absorbing
 from distmc.assemble.storm import to_storm
-from distmc.check.checker import check
+from distmc.check.checker import EXACT_MAX_TRANSITIONS, check
 from distmc.check.properties import PropertySet, PropertySpec
-from distmc.check.result import CheckResult, Precision, decide
-from distmc.errors import DistmcError, PropertyError, ResourceLimitError
+from distmc.check.result import VALUE_FILTERS, CheckResult, Precision, decide, summarise, widen
+from distmc.errors import DistmcError, PropertyError, ResourceLimitError, SlowConvergenceError
 from distmc.model.packing import StateCodec
 
-__all__ = ["EXACT_TIMEOUT_S", "check_native_result", "check_properties", "single_property_states"]
+__all__ = ["EXACT_TIMEOUT_S", "SLOW_NOTE", "check_native_result", "check_properties", "single_property_states",
+           "slow_chain_sentence", "vector_result"]
+
+#: The report's line under a value that the exact engine gave because value iteration converged too slowly.
+SLOW_NOTE = ("value iteration converges too slowly on this model ({why}): answered by Storm's exact engine on the "
+             "rationals of the induced floats")
 
 #: Seconds the exact engine may take (all properties together) unless ``--timeout`` leaves less. Its time depends
 #: on the digits of the rationals, not only on the model's size: the induced floats of a policy network have 53-bit
@@ -41,41 +46,57 @@ def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Pr
                         progress: Callable[[str], None] | None = None) -> CheckResult:
     """The native checker's answer as a :class:`CheckResult`.
 
-    Its sound iteration stops at a bound gap of ``2 * precision`` and returns the midpoint (absolute precision
-    only), so the bounds are the value +- precision for unbounded properties; step-bounded ones state none.
+    The bounds of an unbounded property are the sound iteration's own lower and upper bounds at the initial
+    states (widened by :data:`~distmc.check.result.ROUNDING_ULPS`); step-bounded ones state none.
     """
-    from distmc.check.native import check_native
+    from distmc.check.native import native_values
 
-    if precision.relative or precision.exact:
-        raise DistmcError(f"the native checker checks to an absolute precision only (--precision-abs), not "
-                          f"{precision.describe()}: use --checker storm")
+    if precision.exact:
+        raise DistmcError("the native checker does not check with the exact engine: use --checker storm")
     model = induced
     if spec.is_reward and len(induced.rewards) > 1:  # the native checker reads the one structure the model has
         name = str(spec.reward_name)
         model = dataclasses.replace(induced, rewards={name: induced.rewards[name]})
-    value = check_native(model, spec, precision=precision.eps, progress=progress)
-    if isinstance(value, dict) and spec.filter in ("min", "max"):  # a range over several initial states
-        value = value[spec.filter]
-    elif isinstance(value, dict) and spec.filter in ("avg", "sum", "first", "count"):
+    init = induced.initial
+    if init.shape[0] > 1 and spec.filter in ("avg", "sum", "first", "count"):
         raise PropertyError(f"the native checker answers filter({spec.filter}, ...) over one initial state only: "
                             f"use --checker storm")
-    vals = [value] if not isinstance(value, dict) else [value["min"], value["max"]]
-    bounds: Any = None
-    if spec.solution == "sound":
-        iv = [precision.interval(v, spec.operator == "P") for v in vals]
-        bounds = iv[0] if not isinstance(value, dict) else {"min": iv[0], "max": iv[1]}
+    value, lower, upper = native_values(model, spec, precision, progress=progress)
+    return vector_result(spec, value[init], lower[init], upper[init], "native")
+
+
+def vector_result(spec: PropertySpec, value: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                  checker: str) -> CheckResult:
+    """A native or distributed check's :class:`CheckResult` from its vectors at the initial states ``[I]``.
+
+    Value, bounds (``lower``/``upper``, widened for rounding; none for a step-bounded property), a value filter
+    over the initial states (:data:`~distmc.check.result.VALUE_FILTERS`) applied to both, and, for a threshold, the
+    truth (at every initial state; ``exists``: at one; ``count``: the value is the number of initial states that
+    satisfy it) and whether the bounds settle it in every initial state.
+    """
+    sound = spec.solution == "sound"
+    lo, hi = widen(lower, upper, spec.operator == "P") if sound else (None, None)
+    result, bounds = summarise(value, lo, hi, spec.filter if spec.filter in VALUE_FILTERS else None)
     truth = decided = None
-    if spec.filter == "count" and spec.threshold is not None:  # one initial state: 1 or 0
-        return CheckResult(value=float(decide(vals, spec.threshold)), method=spec.solution, checker="native")
     if spec.threshold is not None:
-        truth = decide(vals, spec.threshold) if spec.filter != "exists" else any(decide([v], spec.threshold)
-                                                                                  for v in vals)
-        if bounds is not None and not (spec.filter == "exists" and isinstance(value, dict)):
-            lo, hi = (bounds if not isinstance(bounds, dict) else
-                      bounds["min" if spec.threshold[0].startswith(">") else "max"])
-            decided = decide([lo], spec.threshold) == decide([hi], spec.threshold)
-    return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, method=spec.solution,
-                       checker="native")
+        each = [decide([v], spec.threshold) for v in value.tolist()]
+        truth = any(each) if spec.filter == "exists" else all(each)
+        if lo is not None and hi is not None:
+            decided = all(decide([a], spec.threshold) == decide([b], spec.threshold) == t
+                          for a, b, t in zip(lo.tolist(), hi.tolist(), each, strict=True))
+        if spec.filter == "count":
+            return CheckResult(value=float(sum(each)), method=spec.solution, checker=checker)
+    return CheckResult(value=result, bounds=bounds, truth=truth, decided=decided, method=spec.solution,
+                       checker=checker)
+def slow_chain_sentence(why: str, transitions: int, exact_possible: bool) -> str:
+    """The sentence a run stops with when value iteration converges too slowly (see :func:`check_properties`)."""
+    if transitions <= EXACT_MAX_TRANSITIONS:
+        todo = ("check it with --exact (Storm's exact engine, no iteration)" if exact_possible else
+                "check it with --checker storm --exact (Storm's exact engine, no iteration)")
+    else:
+        todo = (f"the model is too large for --exact ({transitions:,} transitions, at most "
+                f"{EXACT_MAX_TRANSITIONS:,}): check a smaller instance with --exact, or ask a coarser precision")
+    return f"{why}; {todo}"
 
 
 def _forked(fn: Callable[[], Any], timeout_s: float, partial: dict[str, Any]) -> Any:
@@ -132,18 +153,20 @@ def check_properties(props: PropertySet, induced: InducedModel, checkers: list[s
     properties keep expanded: Storm checks those on a copy of ``induced`` with the targets absorbing
     (:func:`~distmc.assemble.reducer.absorbing`; ``codec`` decodes the states for it). With ``precision.exact``
     every check runs in a child process that is stopped after ``exact_timeout_s`` seconds. ``progress``: the
-    native checker's steps (the live line).
+    native checker's steps (the live line). A check whose value iteration converges too slowly
+    (:class:`~distmc.errors.SlowConvergenceError`) is answered by the exact engine instead where the model is small
+    enough (within ``exact_timeout_s``), else it stops with the sentence saying what to use.
     """
     if precision.exact:
         partial = {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0}
         return _forked(lambda: _check_all(props, induced, checkers, precision, storm_model, codec=codec),
                        exact_timeout_s, partial)
-    return _check_all(props, induced, checkers, precision, storm_model, progress, codec)
+    return _check_all(props, induced, checkers, precision, storm_model, progress, codec, exact_timeout_s)
 
 
 def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
                storm_model: Callable[[], Any], progress: Callable[[str], None] | None = None,
-               codec: StateCodec | None = None) -> list[CheckResult]:
+               codec: StateCodec | None = None, exact_timeout_s: float = EXACT_TIMEOUT_S) -> list[CheckResult]:
     out: list[CheckResult | None] = [None] * len(props.specs)
     copies = {i: c for i, s in enumerate(props.specs) if checkers[i] != "native" and s.bound_rewards
               and codec is not None and (c := absorbing(induced, _terminal_states(induced, s, codec, True))) is not None}
@@ -152,18 +175,21 @@ def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], p
     for i in order:
         spec = props.specs[i]
         t = time.perf_counter()
-        if checkers[i] == "native":
-            res = check_native_result(induced, spec, precision, progress)
-        elif i in copies:  # Storm's reward-bounded method on the copy with the targets absorbing
-            res = check(to_storm(copies.pop(i), exact=precision.exact), spec, induced.kind, induced.initial,
-                        precision)
-        else:
-            if not built:
-                built.append(storm_model())
-                t = time.perf_counter()
-            res = check(built[0], spec, induced.kind, induced.initial, precision)
-        out[i] = dataclasses.replace(res, checker="storm-exact" if res.method == "exact" else checkers[i],
-                                     check_s=time.perf_counter() - t)
+        try:
+            if checkers[i] == "native":
+                res = check_native_result(induced, spec, precision, progress)
+            elif i in copies:  # Storm's reward-bounded method on the copy with the targets absorbing
+                res = check(to_storm(copies.pop(i), exact=precision.exact), spec, induced.kind, induced.initial,
+                            precision)
+            else:
+                if not built:
+                    built.append(storm_model())
+                    t = time.perf_counter()
+                res = check(built[0], spec, induced.kind, induced.initial, precision)
+        except SlowConvergenceError as exc:
+            res = _exact_instead(induced, spec, str(exc), exact_timeout_s)
+        used = "storm-exact" if res.method == "exact" else checkers[i]
+        out[i] = dataclasses.replace(res, checker=used, check_s=time.perf_counter() - t)
     return [r for r in out if r is not None]
 
 
@@ -178,6 +204,30 @@ def _terminal_states(induced: InducedModel, spec: PropertySpec, codec: StateCode
             states = codec.unpack(induced.keys[start : start + LABEL_CHUNK])
             terminal[start : start + states.shape[0]] = spec.terminal_mask(states, stop)
     return terminal
+
+
+def _exact_instead(induced: InducedModel, spec: PropertySpec, why: str, timeout_s: float) -> CheckResult:
+    """Storm's exact engine on a model where value iteration converges too slowly, or the sentence to stop with.
+
+    It needs the model's transitions (kept for models the exact engine takes, see ``distmc.api``) and at most
+    :data:`~distmc.check.checker.EXACT_MAX_TRANSITIONS` of them; it runs in a child process stopped after
+    ``timeout_s``.
+    """
+    have = induced.n_transitions == 0 or bool(induced.target_chunks)
+    if induced.n_transitions > EXACT_MAX_TRANSITIONS or not have:
+        raise SlowConvergenceError(slow_chain_sentence(why, induced.n_transitions, True)) from None
+    exact = Precision(exact=True)
+    partial = {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0}
+    try:
+        res = _forked(lambda: check(to_storm(induced, exact=True), spec, induced.kind, induced.initial, exact),
+                      timeout_s, partial)
+    except ResourceLimitError:
+        raise SlowConvergenceError(
+            f"{why}; Storm's exact engine, tried instead, did not finish within {timeout_s:.0f} s either (the "
+            "rationals of the induced floats can have thousands of digits): ask a coarser precision "
+            "(--precision-abs) or check a smaller instance") from None
+    reason = why.split(": ", 1)[-1]
+    return dataclasses.replace(res, note=SLOW_NOTE.format(why=reason))
 
 
 def single_property_states(induced: InducedModel, props: PropertySet, codec: StateCodec) -> list[int]:

@@ -331,6 +331,7 @@ class WorkerEngine:
                  progress: Callable[[str], None] | None = None) -> None:
         self.part = part
         self.n = part.n_states
+        self.workers = part.workers
         self.peers = peers
         self.mailbox = mailbox
         self.limits = limits

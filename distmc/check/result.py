@@ -17,11 +17,24 @@ import numpy as np
 
 from distmc.errors import DistmcError
 
-__all__ = ["DEFAULT_PRECISION", "TRUTH_FILTERS", "VALUE_FILTERS", "CheckResult", "Precision", "Value", "decide",
-           "result_entry", "result_line"]
+__all__ = ["DEFAULT_PRECISION", "DEFAULT_RELATIVE", "ROUNDING_ULPS", "TRUTH_FILTERS", "VALUE_FILTERS", "CheckResult",
+           "Precision", "Value", "decide", "result_entry", "result_line", "summarise", "widen"]
 
-#: Absolute precision of every unbounded check unless asked otherwise (``--precision-abs``).
+#: Absolute part of the default precision of every unbounded check (``--precision-abs`` replaces the default rule).
 DEFAULT_PRECISION = 1e-12
+
+#: Relative part of the default precision: by default the bounds must be within both, so that a rare event's
+#: probability keeps its digits (brp's 7.0e-10 within 1e-12 absolute alone has a relative error of 6e-4).
+DEFAULT_RELATIVE = 1e-6
+
+#: An absolute precision never asks for less than this relative width (about 64 units in the last
+#: place): 1e-12 absolute is below float64's resolution for values above about 4,500.
+FLOAT_FLOOR = 2.0**-46
+
+#: Every reported interval is widened by this many units in the last place of its ends: a margin for the rounding
+#: of the iteration's last step (the bounds are the iteration's own lower and upper vectors, computed in floating
+#: point; neither Storm nor distmc bounds the rounding of the whole iteration, see ``tests/test_bounds.py``).
+ROUNDING_ULPS = 16
 
 #: A value at the initial state(s): one number, or ``{"min", "max"}`` (an MDP without direction, or the range
 #: over several initial states).
@@ -31,16 +44,25 @@ Bounds = tuple[float, float] | dict[str, tuple[float, float]]
 
 @dataclass(frozen=True)
 class Precision:
-    """How close a sound method's bounds must be: ``eps`` relative to the value, or absolute.
+    """How close a sound method's bounds ``[lo, hi]`` must be (the rule its iteration stops at).
 
-    A sound iteration stops when, in every state, its upper and lower bounds ``u, l`` satisfy ``u - l <= eps``
-    (absolute) or ``u - l <= eps * l`` (relative); ``exact`` asks for Storm's exact rational engine instead.
+    * the default rule (``relative`` False, ``rel`` set): ``hi - lo <= min(max(eps, FLOAT_FLOOR * m), rel * m)``,
+      ``m`` the smaller of ``|lo|, |hi|`` (0 when the interval holds 0): within 1e-12 absolute and 1e-6
+      relative; for a value above about 70 (an expected reward), where 1e-12 is finer than float64 resolves
+      reliably, the absolute part is :data:`FLOAT_FLOOR` relative instead;
+    * ``--precision-abs EPS`` (``rel`` None): ``hi - lo <= max(eps, FLOAT_FLOOR * m)``;
+    * ``--precision EPS`` (``relative``): ``hi - lo <= eps * m``;
+    * ``exact``: Storm's exact rational engine instead.
+
+    The interval tested is the iteration's own (the report widens it by :data:`ROUNDING_ULPS`), at the states
+    whose values are reported (the initial states; every state for ``--values``).
     """
 
     eps: float = DEFAULT_PRECISION
     relative: bool = False
     exact: bool = False
-    sound_mdp: bool = False  # MDPs by interval iteration, with bounds (--sound-mdp); else Storm's default, none
+    sound_mdp: bool = False  # MDPs by interval iteration, with bounds; else Storm's default min-max VI, none
+    rel: float | None = DEFAULT_RELATIVE  # the default rule's relative part (absolute ``eps`` only: None)
 
     def __post_init__(self) -> None:
         if not (0.0 < self.eps < 1.0):
@@ -49,23 +71,50 @@ class Precision:
     @classmethod
     def from_options(cls, precision: float | None, precision_abs: float | None, exact: bool = False,
                      sound_mdp: bool = False) -> Precision:
-        """``--precision`` (relative) or ``--precision-abs`` (absolute), at most one; neither: 1e-12 absolute."""
+        """``--precision`` (relative) or ``--precision-abs`` (absolute), at most one; neither: the default rule.
+
+        MDPs get sound bounds (interval iteration) whenever a precision is given, or with ``sound_mdp``.
+        """
         if precision is not None and precision_abs is not None:
             raise DistmcError("give --precision (relative) or --precision-abs (absolute), not both")
+        given = precision is not None or precision_abs is not None
         if precision is not None:
-            return cls(float(precision), relative=True, exact=exact, sound_mdp=sound_mdp)
-        return cls(DEFAULT_PRECISION if precision_abs is None else float(precision_abs), exact=exact,
-                   sound_mdp=sound_mdp)
+            return cls(float(precision), relative=True, exact=exact, sound_mdp=True, rel=None)
+        if precision_abs is not None:
+            return cls(float(precision_abs), exact=exact, sound_mdp=True, rel=None)
+        return cls(exact=exact, sound_mdp=sound_mdp or given)
+
+    def target(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """``[k]``: the width the rule allows the intervals ``[lo, hi]`` (``[k]`` each)."""
+        lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            m = np.where(lo * hi > 0, np.minimum(np.abs(lo), np.abs(hi)), 0.0)
+        if self.relative:
+            return self.eps * m
+        if self.rel is None:  # never finer than float64 resolves (a large expected reward)
+            return np.maximum(self.eps, FLOAT_FLOOR * m)
+        return np.minimum(np.maximum(self.eps, FLOAT_FLOOR * m), self.rel * m)
+
+    def excess(self, lo: np.ndarray, hi: np.ndarray) -> float:
+        """How far the widest of the intervals ``[lo, hi]`` (``[k]`` each) is over what the rule allows.
+
+        At most 0 when every one meets it; an infinite or NaN end counts as met (an infinite reward is exact), and
+        so does a point (exact: a prob0/prob1 state, a step-bounded value). The rule applies to the iteration's
+        own bounds; the report widens them by :data:`ROUNDING_ULPS` (:func:`widen`) on top, which is below the
+        rule's resolution (32 ulps: 7e-15 at 1, 1.8e-12 at 315).
+        """
+        lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+        with np.errstate(invalid="ignore"):  # infinite rewards: inf - inf
+            over = (hi - lo) - self.target(lo, hi)
+        over = over[np.isfinite(over) & (hi > lo)]
+        return float(over.max(initial=-np.inf))
 
     def interval(self, v: float, probability: bool, complement: bool = False) -> tuple[float, float]:
-        """The bounds a sound method that returned ``v`` guarantees.
+        """The bounds ``v +- eps`` (absolute) or ``v +- eps * scale`` (relative): a method's stated tolerance.
 
-        Storm's sound value iteration (DTMCs) returns the midpoint of its last lower and upper bounds, which are
-        within ``eps`` (absolute) or ``eps * lower`` (relative) of each other, so the exact value is within half
-        of that of ``v``; the interval given is twice as wide, a margin for the rounding of the iteration's own
-        floating point (which the method does not control). Interval iteration (MDPs) stops at the same
-        criterion; the interval holds whether it returns the midpoint or an end of its last interval. Probabilities are clipped to [0, 1]. ``complement``: ``v`` is
-        1 minus the value iterated (``G phi`` is ``1 - F !phi``), whose relative error is relative to ``1 - v``.
+        For a value whose method hands out no bounds of its own; the checkers report the sound iteration's own
+        lower and upper bounds instead. ``complement``: ``v`` is 1 minus the value iterated (``G phi`` is
+        ``1 - F !phi``), whose relative error is relative to ``1 - v``. Probabilities are clipped to [0, 1].
         """
         if not math.isfinite(v):
             return (v, v)
@@ -79,7 +128,28 @@ class Precision:
     def describe(self) -> str:
         if self.exact:
             return "exact"
-        return f"{self.eps:g} {'relative' if self.relative else 'absolute'}" + (", sound MDPs" if self.sound_mdp else "")
+        if self.relative:
+            text = f"{self.eps:g} relative"
+        elif self.rel is not None:
+            text = f"{self.eps:g} absolute and {self.rel:g} relative"
+        else:
+            text = f"{self.eps:g} absolute"
+        return text + (", sound MDPs" if self.sound_mdp and self.rel is not None and not self.relative else "")
+
+
+def widen(lo: np.ndarray, hi: np.ndarray, probability: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``[lo, hi]`` (arrays, or numbers) widened by :data:`ROUNDING_ULPS` units in the last place of each end.
+
+    ``probability``: the result clipped to [0, 1]. Infinite ends stay as they are, and so do ends that are 0 (a
+    bound of 0 comes from the graph analysis, exact, not from a rounded iteration step).
+    """
+    lo_a, hi_a = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        out_lo = np.where(np.isfinite(lo_a) & (lo_a != 0), lo_a - ROUNDING_ULPS * np.spacing(np.abs(lo_a)), lo_a)
+        out_hi = np.where(np.isfinite(hi_a) & (hi_a != 0), hi_a + ROUNDING_ULPS * np.spacing(np.abs(hi_a)), hi_a)
+    if probability:
+        out_lo, out_hi = np.clip(out_lo, 0.0, 1.0), np.clip(out_hi, 0.0, 1.0)
+    return out_lo, out_hi
 
 
 @dataclass(frozen=True)
@@ -94,9 +164,11 @@ class CheckResult:
         decided: whether ``bounds`` settle ``truth`` (False: the threshold lies within the bounds, so a finer
             precision may change it; None: no bounds, or no threshold).
         exact: with the exact engine, the value as a rational (``"1/6"``), else None.
-        method: ``sound``, ``steps``, ``exact`` or ``other`` (how the value was found).
+        method: ``sound``, ``steps``, ``exact``, ``other`` or ``iterative`` (how the value was found).
         checker: who checked: ``storm``, ``native``, ...
         check_s: seconds the check took.
+        note: one sentence the report prints under the value (an MDP value without bounds is not sound; a slowly
+            converging chain answered by the exact engine).
     """
 
     value: Value
@@ -107,6 +179,7 @@ class CheckResult:
     method: str = "sound"
     checker: str = "storm"
     check_s: float = 0.0
+    note: str | None = None
 
 
 def decide(values: Iterable[float | Fraction], threshold: tuple[str, Fraction]) -> bool:
@@ -179,6 +252,8 @@ def result_entry(text: str, name: str | None, res: CheckResult) -> dict[str, obj
     entry.update(value=res.value, bounds=bounds, method=res.method, checker=res.checker, check_s=res.check_s)
     if res.exact is not None:
         entry["exact"] = res.exact
+    if res.note is not None:
+        entry["note"] = res.note
     return entry
 
 
@@ -191,4 +266,5 @@ def result_line(entry: dict[str, object]) -> str:
         value = f"{str(entry['truth']).lower()} (value {value}{note})"
     if entry.get("exact") is not None:
         value += f" = {entry['exact']}" if len(str(entry["exact"])) <= 40 else " (exact rational)"
-    return f"{label}  =  {value}"
+    note = f"\n    ({entry['note']})" if entry.get("note") else ""
+    return f"{label}  =  {value}{note}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from distmc.explore.ray.exchange import OCC_SHIFT, _at_least, _first_occurrences
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
 from distmc.policy.base import policy_precision
+
+if TYPE_CHECKING:
+    from distmc.check.result import Precision
 
 __all__ = ["PartitionActor"]
 
@@ -465,7 +468,7 @@ class PartitionActor:
         self.visited = self.cache = self.seen = VisitedSet(self.codec.dtype)
         self.gids = self.cache_gids = self.known = np.zeros(0, dtype=np.int64)
         self.part = build_part(self.rank, self.workers, gids, keys, rows, rewards, flags, owner_of_gid, n_initial,
-                               n_total, parts.model, parts.codec, parts.spec.atoms, parts.reward_names)
+                               n_total, parts.model, parts.codec, parts.props.atoms, parts.reward_names)
         del rows, rewards, flags, gids, keys
         self.stats["check_build_s"] = time.perf_counter() - t
         self.stats["check_bytes"] = self.part.nbytes()
@@ -479,29 +482,33 @@ class PartitionActor:
         self.part.serve(list(asked))
         self.peers = peers
 
-    def check_run(self, precision: float, max_iterations: int,
+    def check_run(self, precision: Precision, max_iterations: int,
                   values: tuple[str, np.ndarray] | None = None) -> dict[str, Any]:
-        """Check the job's property on every worker at once; the values at this worker's initial states.
+        """Check every property of the job on every worker at once; the values at this worker's initial states.
 
+        Returns ``checks``: per property, ``value``, ``lower`` and ``upper`` at the own initial states (``gids``).
         ``values``: (directory, first global id of every level): also write this worker's part of the values
-        table there, and return its states most at risk (``at_risk``).
+        table of the (one) property there, and return its states most at risk (``at_risk``).
         """
         from distmc.check.distributed import WorkerEngine
         from distmc.check.native import values_of
 
         t = time.perf_counter()
         engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
+        init = self.part.initial
+        checks = []
         try:
-            values_, lower, upper = values_of(engine, self.part, self.parts.spec, precision, max_iterations)
+            for spec in self.parts.props.specs:
+                t_spec = time.perf_counter()
+                values_, lower, upper = values_of(engine, self.part, spec, precision, max_iterations)
+                checks.append({"value": values_[init], "lower": lower[init], "upper": upper[init],
+                               "check_s": time.perf_counter() - t_spec})
         finally:
             self.stats.update(engine.stats)
             self.stats["check_s"] = time.perf_counter() - t
-        self.values = (values_, lower, upper)
-        init = self.part.initial
         self.stats["peak_rss"] = peak_rss_bytes()
         self.stats["rss"] = rss_bytes()
-        out = {"gids": self.part.gids[init], "value": values_[init], "lower": lower[init], "upper": upper[init],
-               "stats": dict(self.stats)}
+        out = {"gids": self.part.gids[init], "checks": checks, "stats": dict(self.stats)}
         if values is not None:
             out["at_risk"] = self._write_values(values_, *values)
         return out

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from distmc.check.checker import MAX_ITERATIONS
+from distmc.check.result import Precision
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explain.values import RISKIEST
 from distmc.explore.checkpoint import Checkpoint
@@ -31,11 +33,17 @@ log = logging.getLogger("distmc.ray")
 #: How long the workers may take to start (build their model, kernel and policy) before the run gives up.
 START_TIMEOUT_S = 300
 
-def _combine(results: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    """The workers' values at their initial states, in global-id order."""
+def _combine(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per property, the workers' values and bounds at their initial states, in global-id order."""
     gids = np.concatenate([r["gids"] for r in results])
     order = np.argsort(gids, kind="stable")
-    return {k: np.concatenate([r[k] for r in results])[order] for k in ("value", "lower", "upper")}
+    out = []
+    for i in range(len(results[0]["checks"])):
+        one: dict[str, Any] = {k: np.concatenate([r["checks"][i][k] for r in results])[order]
+                               for k in ("value", "lower", "upper")}
+        one["check_s"] = max(float(r["checks"][i]["check_s"]) for r in results)
+        out.append(one)
+    return out
 
 
 class RayRows:
@@ -64,12 +72,13 @@ class RayRows:
         self.worker_stats = out.worker_stats
         return out
 
-    def check(self, precision: float, max_iterations: int = 1_000_000,
+    def check(self, precision: Precision, max_iterations: int = MAX_ITERATIONS,
               progress: Callable[[dict[str, Any]], None] | None = None,
               values_dir: str | None = None) -> dict[str, Any]:
-        """Check the job's property on the actors (:mod:`distmc.check.distributed`).
+        """Check the job's properties on the actors (:mod:`distmc.check.distributed`), on the one exploration.
 
-        Returns ``value``, ``lower``, ``upper`` (``[I]`` at the initial states, by global id) and the time split
+        Returns ``checks``: per property, ``value``, ``lower``, ``upper`` (``[I]`` at the initial states, by
+        global id); and the time split
         ``build_s`` (the workers' parts and the exchange plan) and ``check_s``. ``values_dir``: every worker also
         writes the value of each of its states there (``part-R.parquet``, :mod:`distmc.explain.values`), and
         ``at_risk`` lists the states most at risk over all workers.
@@ -529,7 +538,7 @@ class _RayRun:
                            for s in range(w)])
         return int(occ.shape[0]), stored
 
-    def check_on_workers(self, precision: float, max_iterations: int,
+    def check_on_workers(self, precision: Precision, max_iterations: int,
                          progress: Callable[[dict[str, Any]], None] | None,
                          values_dir: str | None = None) -> dict[str, Any]:
         """The distributed check on the actors (see :meth:`RayRows.check`)."""
@@ -569,7 +578,7 @@ class _RayRun:
                 a.check_abort.options(concurrency_group="mail").remote("another worker failed")
             raise
         t2 = time.perf_counter()
-        out: dict[str, Any] = dict(_combine(results))
+        out: dict[str, Any] = {"checks": _combine(results)}
         if values_dir is not None:  # the workers' candidates, ranked again: highest value, then smaller global id
             cands = sorted((c for r in results for c in r["at_risk"]), key=lambda c: (-c["value"], c["gid"]))
             out["at_risk"] = [{k: v for k, v in c.items() if k != "gid"} for c in cands[:RISKIEST]]
