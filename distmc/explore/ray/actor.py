@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.jit import set_thread_budget, thread_settings
 from distmc.assemble.reducer import merge_csr_rows
 from distmc.check.kernels import compact_probabilities, expand_probabilities, prob_nbytes
 from distmc.errors import ResourceLimitError
@@ -51,12 +52,11 @@ class PartitionActor:
     def __init__(self, job: Job, rank: int, workers: int, batch_states: int, threads: int,
                  checkpoint_dir: str | None = None, limits: Limits | None = None, start: float | None = None,
                  server: tuple[Any, dict[str, Any]] | None = None) -> None:
-        try:  # one node's cores are shared by the actors on it
-            import numba
-
-            numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
-        except ImportError:  # pragma: no cover
-            pass
+        # One node's cores are shared by the actors on it: the thread budget. The process started with its pools
+        # sized to it (budget_env); numba's count is also set per thread, here and in ready(), which runs on the
+        # thread Ray runs this actor's calls on (not this one: the actor has a concurrency group).
+        self.threads = threads
+        set_thread_budget(threads)
         self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start, server)
         VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
 
@@ -70,6 +70,7 @@ class PartitionActor:
         policy for this worker, which then loads none.
         """
         reset_peak_rss()  # the worker's peak in the report is this run's (a kept actor ran others before)
+        self.clock0 = (time.perf_counter(), time.process_time())  # this run's wall and CPU time start here
         stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server
         built = self.__dict__.get("built")
         if stamp is not None and built is not None and built[0] == stamp:
@@ -128,9 +129,10 @@ class PartitionActor:
 
     def release(self) -> None:
         """Drop the run's parts, states and rows: the actor is kept idle for a next run (:meth:`setup`)."""
-        built = self.__dict__.get("built")
+        built, threads = self.__dict__.get("built"), self.threads
         self.__dict__.clear()
         self.built = built  # the parts of the last job, for a next run of the same job
+        self.threads = threads
 
     def ready(self) -> dict[str, Any]:
         """The Ray node and process this actor runs on."""
@@ -138,6 +140,7 @@ class PartitionActor:
 
         node = ray.get_runtime_context().get_node_id()
         self.stats["node"] = node
+        self.stats["threads"] = set_thread_budget(self.threads)  # on the thread that runs the actor's calls
         self.stats["start_rss"] = rss_bytes()  # model, kernel and policy replica loaded
         return {"node": str(node), "pid": os.getpid()}
 
@@ -386,6 +389,7 @@ class PartitionActor:
 
     def result(self, rows: bool = True) -> dict[str, Any]:
         """The partition's states and the rows not taken yet (with ``rows=False``, its statistics only)."""
+        self._lap("explore")
         self.stats.update(
             states=self.visited.size,
             transitions=self.shipped_transitions + sum(int(r[3].shape[0]) for r in self.rows),
@@ -439,6 +443,7 @@ class PartitionActor:
         """
         from distmc.check.distributed import Mailbox, build_part
 
+        self._lap("explore")
         t = time.perf_counter()
         self.mailbox = Mailbox()
         by_gid = self.__dict__.get("owner_by_gid")  # restored from a checkpoint: the owners of every state
@@ -495,6 +500,7 @@ class PartitionActor:
         finally:
             self.stats.update(engine.stats)
             self.stats["check_s"] = time.perf_counter() - t
+            self._lap("check")  # from check_plan on: the part, the exchange plan and the check
         self.values = (values_, lower, upper)
         init = self.part.initial
         self.stats["peak_rss"] = peak_rss_bytes()
@@ -523,6 +529,21 @@ class PartitionActor:
         return [{"state": {v.name: (bool(x) if v.is_bool else int(x))
                            for v, x in zip(parts.model.variables, states[i].tolist(), strict=True)},
                  "value": float(vec[i]), "depth": int(depth[i]), "gid": int(part.gids[i])} for i in ids.tolist()]
+
+    def _lap(self, phase: str) -> None:
+        """This run's wall and CPU seconds (every thread of the process) since the last lap, or since :meth:`setup`.
+
+        Stored as ``{phase}_wall_s`` and ``{phase}_cpu_s``: the exploration's (until the rows are handed over or the
+        check starts) and the distributed check's; the worker's thread budget holds when CPU stays within about
+        ``threads`` x wall.
+        """
+        if f"{phase}_wall_s" in self.stats:
+            return
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.stats[f"{phase}_wall_s"] = wall - self.clock0[0]
+        self.stats[f"{phase}_cpu_s"] = cpu - self.clock0[1]
+        self.stats["threads"] = thread_settings()
+        self.clock0 = (wall, cpu)
 
     def _set_status(self, what: str) -> None:
         self.status = what

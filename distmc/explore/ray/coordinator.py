@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.jit import budget_env
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explain.values import RISKIEST
 from distmc.explore.checkpoint import Checkpoint
@@ -258,8 +259,10 @@ class _RayRun:
         self.key = (ray.get_runtime_context().get_job_id(), w, threads, repr(sorted(opts.items())), len(served))
         if self.reuse(ckdir, served):
             return
-        # "mail": the peers' messages of a distributed check, taken while the check runs in the default group
-        actor_cls = ray.remote(concurrency_groups={"mail": 1}, **opts)(PartitionActor)
+        # "mail": the peers' messages of a distributed check, taken while the check runs in the default group.
+        # The thread budget: the worker's process starts with its compute pools sized to it (budget_env).
+        actor_cls = ray.remote(concurrency_groups={"mail": 1}, runtime_env={"env_vars": budget_env(threads)},
+                               **opts)(PartitionActor)
         self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start,
                                         served[r % len(served)] if served else None)
                        for r in range(w)]
