@@ -18,7 +18,16 @@ from distmc.errors import ResourceLimitError
 from distmc.explore.checkpoint import file_digest, write_level
 from distmc.explore.expander import policy_counters
 from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
-from distmc.explore.ray.exchange import OCC_SHIFT, _at_least, _first_occurrences, _from_arrow, _to_arrow, owner_of
+from distmc.explore.ray.exchange import (
+    OCC_SHIFT,
+    _at_least,
+    _first_occurrences,
+    _from_arrow,
+    _to_arrow,
+    owner_of,
+    pack_ids,
+    unpack_ids,
+)
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
 
@@ -121,6 +130,7 @@ class PartitionActor:
         self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "exchange_s": 0.0,
                                       "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
+                                      "keys_in": 0, "keys_in_new": 0, "bytes_answer": 0,
                                       "checkpoint_bytes": 0}
 
     def keep_rows_here(self) -> None:
@@ -302,6 +312,11 @@ class PartitionActor:
         local[order] = self.new_local[rank[inv.reshape(-1)]]
         # local ids of the keys each source asked about, for the answer once the global ids are known
         self.asked = np.split(local, np.cumsum([k.shape[0] for k, _ in decoded])[:-1])
+        # what the other sources' keys were: states known here already, or new ones (each new state counted once
+        # per source that found it in this level; the level's own new states are self.new_keys)
+        remote = np.concatenate([a for s, a in enumerate(self.asked) if s != self.rank] or [local[:0]])
+        self.stats["keys_in"] += int(remote.shape[0])
+        self.stats["keys_in_new"] += int((remote >= self.visited.size - self.new_keys.shape[0]).sum())
         self.stats["lookup_s"] += time.perf_counter() - t
         return new_occ
 
@@ -310,25 +325,28 @@ class PartitionActor:
         t = time.perf_counter()
         self._grow(self.new_local, new_gids)
         self.frontier = (new_gids, self.new_keys)
-        out = [self.gids[ids] for ids in self.asked]
+        out = [pack_ids(self.gids[ids]) for ids in self.asked]
+        self.stats["bytes_answer"] += sum(int(a[1].nbytes) for s, a in enumerate(out) if s != self.rank)
         self.stats["exchange_s"] += time.perf_counter() - t
         return out if self.workers > 1 else out[0]
 
     def store(self, *answers: np.ndarray, level: int = 0) -> dict[str, int]:
         """Source side: turn the pending rows' successor keys into global ids, and keep the rows.
 
-        ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it. With a
+        ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it
+        (:func:`~distmc.explore.ray.exchange.pack_ids`). With a
         checkpoint directory the level's rows and new states go to disk (:func:`write_level`) instead of staying
         in memory. Returns the level's transitions and policy states, and this process's memory.
         """
         t = time.perf_counter()
         gid_of = self.known  # level-unique id -> global id
         for o in range(self.workers):
-            gid_of[self.sent[o]] = answers[o]
+            got = unpack_ids(answers[o])
+            gid_of[self.sent[o]] = got
             if o != self.rank and self.sent[o].shape[0]:  # remember the other owners' answers
                 cid, _ = self.cache.insert(self.ukeys[self.sent[o]])
                 self.cache_gids = _at_least(self.cache_gids, self.cache.size)
-                self.cache_gids[cid] = answers[o]
+                self.cache_gids[cid] = got
         self.ukeys = self.ukeys[:0]
         transitions = 0
         for rows, bg, uid in self.pending:
