@@ -10,7 +10,8 @@ hand-off and check are reported beside it.
 Per run: ``workers``, ``result``, ``timings`` (the report's), ``speedup`` (the first worker count's exploration
 time over this run's: 1.0 for the first), ``efficiency`` (speed-up over the ratio of the worker counts),
 ``bytes_per_state`` (what the workers sent each other, per state: the key batches and the owners' answers),
-``keys_per_state`` (keys sent to other owners per state: how often a state crosses), ``worker_cpu`` (each
+``keys_per_state`` (keys sent to other owners per state: how often a state crosses), ``driver_bytes_per_state``
+(the new states' first occurrences to the driver and their global ids back, per state), ``worker_cpu`` (each
 worker's CPU and wall seconds, exploring and checking), ``balance`` (the largest partition over the mean),
 ``worker_stats``, and ``first_timings`` (the first run's, which started the actors). :func:`table` prints them, :func:`plot` draws time per phase (stacked) and speed-up
 against the ideal.
@@ -144,6 +145,7 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
             "efficiency": speedup / (w / w0),
             "bytes_per_state": sum(float(s.get("bytes_sent", 0)) + float(s.get("bytes_answer", 0)) for s in ws) / r.states,
             "keys_per_state": sum(float(s.get("keys_sent", 0)) for s in ws) / r.states,
+            "driver_bytes_per_state": sum(float(s.get("bytes_driver", 0)) for s in ws) / r.states,
             "worker_cpu": [_cpu_wall(s) for s in ws],
             "balance": max(owned) / (sum(owned) / len(owned)), "worker_stats": ws,
             "states": r.states, "transitions": r.transitions, "first_timings": r1.timings,

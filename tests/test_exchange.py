@@ -5,7 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distmc.explore.ray.exchange import OCC_SHIFT, _from_arrow, _to_arrow, narrow, pack_ids, unpack_ids, widen
+from distmc.explore.ray.exchange import (
+    OCC_SHIFT,
+    _from_arrow,
+    _to_arrow,
+    narrow,
+    pack_ids,
+    pack_increasing,
+    unpack_ids,
+    unpack_increasing,
+    widen,
+)
 from distmc.model.packing import StateCodec
 
 
@@ -45,3 +55,11 @@ def test_answers_round_trip() -> None:
     packed = pack_ids(ids)
     assert packed[1].nbytes == 3 * 2  # the differences from the smallest fit two bytes
     assert np.array_equal(unpack_ids(packed), ids) and unpack_ids(packed).dtype == np.int64
+
+
+@pytest.mark.parametrize("values", [[], [7], [3, 3, 4, 900, 2**40]])
+def test_increasing_round_trip(values: list[int]) -> None:
+    v = np.array(values, dtype=np.int64)
+    packed = pack_increasing(v)
+    got = unpack_increasing(packed)
+    assert np.array_equal(got, v) and got.dtype == np.int64

@@ -26,7 +26,9 @@ from distmc.explore.ray.exchange import (
     _to_arrow,
     owner_of,
     pack_ids,
+    pack_increasing,
     unpack_ids,
+    unpack_increasing,
 )
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
@@ -130,19 +132,30 @@ class PartitionActor:
         self.stats: dict[str, Any] = {"expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "exchange_s": 0.0,
                                       "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
-                                      "keys_in": 0, "keys_in_new": 0, "bytes_answer": 0,
+                                      "keys_in": 0, "keys_in_new": 0, "bytes_answer": 0, "bytes_driver": 0,
                                       "checkpoint_bytes": 0}
 
     def keep_rows_here(self) -> None:
-        """Keep the rows after the run, also with a checkpoint (the distributed check runs on them)."""
+        """Keep the rows after the run, also with a checkpoint (the distributed check runs on them).
+
+        Also builds a tiny row matrix of each kind now, at the start: numba compiles its typed lists' methods in
+        every new process (they are not cached on disk: 1.0 s of CPU, measured), which would otherwise fall in
+        the check.
+        """
         self.keep_rows = True
+        if not self.__dict__.get("warm"):
+            from distmc.check.kernels import ChunkedCSR
+
+            offsets, target = np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int32)
+            for prob in (np.ones(1), (np.ones(1), np.zeros(1, dtype=np.uint16))):
+                ChunkedCSR(offsets, [target], [prob], 1)
+            self.warm = True
 
     def release(self) -> None:
         """Drop the run's parts, states and rows: the actor is kept idle for a next run (:meth:`setup`)."""
-        built, threads = self.__dict__.get("built"), self.threads
+        kept = {k: self.__dict__[k] for k in ("built", "threads", "warm") if k in self.__dict__}
         self.__dict__.clear()
-        self.built = built  # the parts of the last job, for a next run of the same job
-        self.threads = threads
+        self.__dict__.update(kept)  # the parts of the last job (for a next run of the same job), the budget
 
     def ready(self) -> dict[str, Any]:
         """The Ray node and process this actor runs on."""
@@ -291,8 +304,12 @@ class PartitionActor:
         self.stats["exchange_s"] += t_end - t_route  # the per-owner Arrow batches
         return out if self.workers > 1 else out[0]  # Ray: num_returns=1 is one object, not a list of one
 
-    def lookup(self, *batches: Any) -> np.ndarray:
-        """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it."""
+    def lookup(self, *batches: Any) -> tuple[int, int, np.ndarray]:
+        """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it.
+
+        Returned packed (:func:`~distmc.explore.ray.exchange.pack_increasing`), as :meth:`answer` takes the new
+        states' global ids.
+        """
         t = time.perf_counter()
         decoded = [_from_arrow(b, self.codec) for b in batches]
         self.stats["exchange_s"] += time.perf_counter() - t
@@ -318,11 +335,15 @@ class PartitionActor:
         self.stats["keys_in"] += int(remote.shape[0])
         self.stats["keys_in_new"] += int((remote >= self.visited.size - self.new_keys.shape[0]).sum())
         self.stats["lookup_s"] += time.perf_counter() - t
-        return new_occ
+        out = pack_increasing(new_occ)  # in order of first occurrence: increasing
+        self.stats["bytes_driver"] += int(out[2].nbytes)
+        return out
 
-    def answer(self, new_gids: np.ndarray) -> Any:
+    def answer(self, packed_gids: tuple[int, int, np.ndarray]) -> Any:
         """Owner side: record the new states' global ids; the global ids of the keys each source asked about."""
         t = time.perf_counter()
+        self.stats["bytes_driver"] += int(packed_gids[2].nbytes)
+        new_gids = unpack_increasing(packed_gids)
         self._grow(self.new_local, new_gids)
         self.frontier = (new_gids, self.new_keys)
         out = [pack_ids(self.gids[ids]) for ids in self.asked]
@@ -330,13 +351,12 @@ class PartitionActor:
         self.stats["exchange_s"] += time.perf_counter() - t
         return out if self.workers > 1 else out[0]
 
-    def store(self, *answers: np.ndarray, level: int = 0) -> dict[str, int]:
+    def store(self, *answers: tuple[int, np.ndarray], level: int = 0) -> dict[str, int]:
         """Source side: turn the pending rows' successor keys into global ids, and keep the rows.
 
         ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it
-        (:func:`~distmc.explore.ray.exchange.pack_ids`). With a
-        checkpoint directory the level's rows and new states go to disk (:func:`write_level`) instead of staying
-        in memory. Returns the level's transitions and policy states, and this process's memory.
+        (:func:`~distmc.explore.ray.exchange.pack_ids`). With a checkpoint directory the level's rows and new states
+        go to disk (:func:`write_level`) instead of staying in memory. Returns the level's transitions and policy states, and this process's memory.
         """
         t = time.perf_counter()
         gid_of = self.known  # level-unique id -> global id

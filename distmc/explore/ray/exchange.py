@@ -14,7 +14,8 @@ from distmc._internal.jit import HAVE_NUMBA, first_occurrences, place_rows
 from distmc.explore.partition import Explored
 from distmc.model.packing import StateCodec
 
-__all__ = ["OCC_SHIFT", "RowBlock", "gather", "narrow", "order_rows", "owner_of", "pack_ids", "unpack_ids", "widen"]
+__all__ = ["OCC_SHIFT", "RowBlock", "gather", "narrow", "order_rows", "owner_of", "pack_ids", "pack_increasing", "unpack_ids",
+           "unpack_increasing", "widen"]
 
 #: Branches of one state must stay below this (the first-occurrence position packs the branch index in 20 bits).
 OCC_SHIFT = 20
@@ -64,6 +65,23 @@ def pack_ids(ids: np.ndarray) -> tuple[int, np.ndarray]:
 def unpack_ids(packed: tuple[int, np.ndarray]) -> np.ndarray:
     """The int64 ids of :func:`pack_ids`."""
     return widen(*packed).astype(np.int64)
+
+
+def pack_increasing(values: np.ndarray) -> tuple[int, int, np.ndarray]:
+    """An increasing int64 sequence ``[N]`` as (first, :func:`narrow` of its steps).
+
+    1-2 bytes an entry for the level's first occurrences an owner reports, and for the global ids the driver hands
+    back (both increase).
+    """
+    v = np.ascontiguousarray(values, dtype=np.int64)
+    first = int(v[0]) if v.shape[0] else 0
+    return (first, *narrow(np.diff(v, prepend=v[:1])))
+
+
+def unpack_increasing(packed: tuple[int, int, np.ndarray]) -> np.ndarray:
+    """The int64 sequence of :func:`pack_increasing`."""
+    first, base, raw = packed
+    return first + np.cumsum(widen(base, raw).astype(np.int64))
 
 
 def _binary(raw: np.ndarray) -> Any:
