@@ -249,8 +249,9 @@ class PartitionActor:
         the rows as they come, read-only in Ray's object store, instead of merging them into a copy.
         """
         offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob)
-        if self.keep_rows:  # held until the end: compact (int32 targets, a table of the distinct probabilities)
-            target, prob = _compact(target, prob)
+        # compact (int32 targets, a table of the distinct probabilities): held until the end for a distributed
+        # check, and what travels to the driver otherwise (6 B a branch instead of 16 with a uniform policy)
+        target, prob = _compact(target, prob)
         self.rows.append((gids[rows.row_state], rows.row_action, np.diff(offsets), target, prob))
         self.rewards.append(rows.rewards)
         self.flags.append((gids, rows.terminal | rows.deadlock, rows.deadlock))
@@ -417,10 +418,9 @@ class PartitionActor:
             "row_state": cat([r[0] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
             "row_action": cat([r[1] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
             "counts": cat([r[2] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            # the branches stay in the batches' chunks: no copy here, and none in the driver when it can hand
-            # them on as they are (see gather)
-            "targets": [r[3].astype(np.int64, copy=False) for r in self.rows],
-            "prob": [expand_probabilities(r[4]) for r in self.rows],
+            # the branches stay in the batches' chunks, compact (the driver widens them: exchange._chunks)
+            "targets": [r[3] for r in self.rows],
+            "prob": [r[4] for r in self.rows],
             "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
             "rewards": {n: cat([r[n] for r in self.rewards]) for n in (self.rewards[0] if self.rewards else {})},
         }

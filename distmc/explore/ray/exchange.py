@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from distmc._internal.jit import HAVE_NUMBA, first_occurrences, place_rows
+from distmc.check.kernels import expand_probabilities
 from distmc.explore.partition import Explored
 from distmc.model.packing import StateCodec
 
@@ -158,9 +159,14 @@ def _at_least(ids: np.ndarray, size: int) -> np.ndarray:
 
 
 def _chunks(r: dict[str, Any]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """A result's branches as (rows, targets, prob) chunks of whole rows (a result may hold one array or a list)."""
+    """A result's branches as (rows, targets, prob) chunks of whole rows (a result may hold one array or a list).
+
+    An actor's chunks travel compact (int32 targets, probabilities as a table and an index: the actor's ``_keep``);
+    here they become the reducer's int64 targets and float64 probabilities.
+    """
     if isinstance(r["targets"], list):
-        return list(zip(r["chunk_rows"], r["targets"], r["prob"], strict=True))
+        return [(k, t.astype(np.int64, copy=False), expand_probabilities(p))
+                for k, t, p in zip(r["chunk_rows"], r["targets"], r["prob"], strict=True)]
     return [(int(r["counts"].shape[0]), r["targets"], r["prob"])]
 
 
@@ -179,8 +185,9 @@ def order_rows(pieces: list[dict[str, Any]]) -> RowBlock:
     """The rows of ``pieces`` (each in increasing global id) in global order, as one :class:`RowBlock`.
 
     When the pieces' rows, taken in turn, are in global order already (one worker, or one worker's levels read
-    from a checkpoint), the chunks are handed on as they are, without a copy: read-only views of Ray's object
-    store or of the files. Else every row is copied once to its global position (one chunk).
+    from a checkpoint), the chunks are handed on chunk by chunk, as they are (the files' arrays) or widened from
+    the compact form they travelled in (an actor's). Else every row is copied once to its global position (one
+    chunk).
     """
     names = next((list(r["rewards"]) for r in pieces if r["counts"].shape[0]), [])
     row_state = np.concatenate([r["row_state"] for r in pieces]) if pieces else np.zeros(0, dtype=np.int64)
