@@ -246,7 +246,7 @@ class PartitionActor:
 
         Each row's branches are sorted by target and duplicates added up here, as the reducer would (the same
         routine, in the same order, so the same bits): the work is spread over the workers, and the reducer takes
-        the rows as they come, read-only in Ray's object store, instead of merging them into a copy.
+        the rows as they come (widened from their compact form) instead of merging them again.
         """
         offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob)
         # compact (int32 targets, a table of the distinct probabilities): held until the end for a distributed
