@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distmc._internal.jit import thread_budget
 from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
@@ -250,15 +251,18 @@ def verify(model_path: str | Path | None, prop: str | None, options: VerifyOptio
         >>> r.result
         0.0625
     """
-    run = _Run.start(model_path, prop, VerifyOptions.build(options, **kw))
-    explored = run.explore()
-    run.clock.start("assembling")
-    if not isinstance(explored, Explored):  # the rows are on the Ray workers
-        checked = run.on_workers(explored)
-        if isinstance(checked, Report):
-            return checked
-        explored = checked
-    report, induced = run.check_gathered(explored)
+    opts = VerifyOptions.build(options, **kw)
+    # in-process, --threads-per-worker bounds this thread's compute pools for the run (the one worker is this one)
+    with thread_budget(opts.threads_per_worker if opts.run_driver == "local" else None):
+        run = _Run.start(model_path, prop, opts)
+        explored = run.explore()
+        run.clock.start("assembling")
+        if not isinstance(explored, Explored):  # the rows are on the Ray workers
+            checked = run.on_workers(explored)
+            if isinstance(checked, Report):
+                return checked
+            explored = checked
+        report, induced = run.check_gathered(explored)
     return (report, induced) if run.opts.keep_model else report
 
 

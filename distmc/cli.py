@@ -81,8 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="Ray driver: 0 (default) gives every worker its own policy replica; N > 0 starts N policy "
                           "servers (one GPU each where the cluster has them) that evaluate the policy for the workers")
     run.add_argument("--threads-per-worker", type=int, default=None,
-                     help="Ray driver: compiled-kernel threads per worker (default: the cluster's CPUs divided by "
-                          "the workers, at least 1)")
+                     help="threads each worker keeps busy, at most (kernels, policy, Arrow; in-process: the one "
+                          "worker); default: Ray: the cluster's CPUs divided by the workers, at least 1; in-process: "
+                          "every core")
     run.add_argument("--max-states", type=int, default=None, help="stop beyond this many states (partial report)")
     run.add_argument("--max-memory", default=None, help="stop beyond this much memory, e.g. 8G (partial report)")
     run.add_argument("--timeout", default=None, help="stop after this long, e.g. 900, 15m, 2h (partial report)")

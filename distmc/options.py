@@ -112,8 +112,9 @@ class VerifyOptions:
         address: a Ray cluster to join (``auto`` or ``HOST:PORT``); None starts a local Ray when needed.
         gpus_per_worker: Ray driver: the GPU share each worker asks for (None: the cluster's GPUs split evenly
             over the workers, at most one each; 0: policies on the CPU).
-        threads_per_worker: Ray driver: the compiled kernels' threads in each worker (None: the cluster's CPUs
-            divided by the workers, at least one).
+        threads_per_worker: the threads each worker may keep busy (numba's, torch's, Arrow's and BLAS's pools;
+            the in-process run is one worker); None: under Ray the cluster's CPUs divided by the workers, at least
+            one, in-process every core.
         policy_servers: Ray driver: 0, every worker loads its own policy replica; S > 0, S policy-server actors
             (one GPU each where the cluster has them) evaluate the policy for the workers.
 

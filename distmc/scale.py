@@ -9,8 +9,11 @@ hand-off and check are reported beside it.
 
 Per run: ``workers``, ``result``, ``timings`` (the report's), ``speedup`` (the first worker count's exploration
 time over this run's: 1.0 for the first), ``efficiency`` (speed-up over the ratio of the worker counts),
-``bytes_per_state`` (Arrow key batches sent between workers, per state), ``balance`` (the largest partition over
-the mean), ``worker_stats``, and ``first_timings`` (the first run's, which started the actors). :func:`table` prints them, :func:`plot` draws time per phase (stacked) and speed-up
+``bytes_per_state`` (what the workers sent each other, per state: the key batches and the owners' answers),
+``keys_per_state`` (keys sent to other owners per state: how often a state crosses), ``driver_bytes_per_state``
+(the new states' first occurrences to the driver and their global ids back, per state), ``worker_cpu`` (each
+worker's CPU and wall seconds, exploring and checking), ``balance`` (the largest partition over the mean),
+``worker_stats``, and ``first_timings`` (the first run's, which started the actors). :func:`table` prints them, :func:`plot` draws time per phase (stacked) and speed-up
 against the ideal.
 
 Example::
@@ -139,7 +142,11 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
         speedup = t0 / explore_time(r.timings) if explore_time(r.timings) > 0 else float("nan")
         runs.append({
             "workers": w, "result": r.result, "timings": r.timings, "speedup": speedup,
-            "efficiency": speedup / (w / w0), "bytes_per_state": sum(float(s.get("bytes_sent", 0)) for s in ws) / r.states,
+            "efficiency": speedup / (w / w0),
+            "bytes_per_state": sum(float(s.get("bytes_sent", 0)) + float(s.get("bytes_answer", 0)) for s in ws) / r.states,
+            "keys_per_state": sum(float(s.get("keys_sent", 0)) for s in ws) / r.states,
+            "driver_bytes_per_state": sum(float(s.get("bytes_driver", 0)) for s in ws) / r.states,
+            "worker_cpu": [_cpu_wall(s) for s in ws],
             "balance": max(owned) / (sum(owned) / len(owned)), "worker_stats": ws,
             "states": r.states, "transitions": r.transitions, "first_timings": r1.timings,
         })
@@ -148,6 +155,18 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
                    states=r0.states, transitions=r0.transitions, runs=runs, same_value=same,
                    machine={"node": platform.node(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
                             "address": base.address}, options=base.to_dict())
+
+
+def _cpu_wall(ws: dict[str, Any]) -> dict[str, float]:
+    """A worker's CPU and wall seconds in the exploration and in the distributed check (0 where it did none)."""
+    return {k: float(ws.get(k, 0.0)) for k in ("explore_cpu_s", "explore_wall_s", "check_cpu_s", "check_wall_s")}
+
+
+def _cpu_ratio(cpu: list[dict[str, float]]) -> str:
+    """The busiest worker's CPU over its wall time, over the whole run (its thread budget holds near the threads)."""
+    ratios = [(c["explore_cpu_s"] + c["check_cpu_s"]) / w for c in cpu
+              if (w := c["explore_wall_s"] + c["check_wall_s"]) > 0]
+    return f"{max(ratios):.2f}" if ratios else "-"
 
 
 def _value(v: Any) -> str:
@@ -161,14 +180,15 @@ def table(s: Scaling) -> str:
              f"{s.machine.get('date')}",
              "",
              "| workers | value | explore s (without start-up) | start-up s | assemble s | hand-off s | check s | "
-             "total s | speed-up | efficiency | bytes/state | balance (max/mean) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "total s | speed-up | efficiency | bytes/state | keys/state | balance (max/mean) | worker CPU/wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in s.runs:
         t = run["timings"]
         lines.append(
             f"| {run['workers']} | {_value(run['result'])} | {explore_time(t):.2f} | {startup_time(t):.2f} | "
             f"{t['assemble_s']:.2f} | {t.get('handoff_s', 0.0):.2f} | {t['check_s']:.2f} | {t['total_s']:.2f} | "
-            f"{run['speedup']:.2f} | {run['efficiency']:.2f} | {run['bytes_per_state']:.1f} | {run['balance']:.3f} |")
+            f"{run['speedup']:.2f} | {run['efficiency']:.2f} | {run['bytes_per_state']:.1f} | "
+            f"{run.get('keys_per_state', 0.0):.1f} | {run['balance']:.3f} | {_cpu_ratio(run.get('worker_cpu', []))} |")
     if s.same_value:
         lines.append(f"\nEvery worker count gave the same value and the same {s.states} states.")
     else:

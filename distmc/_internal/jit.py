@@ -9,6 +9,11 @@ are added in arrival order (numpy's ``add.reduceat`` may group the sum otherwise
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 try:
@@ -19,7 +24,8 @@ except ImportError:  # pragma: no cover - exercised only without numba
     _nb = None  # type: ignore[assignment]
     HAVE_NUMBA = False
 
-__all__ = ["HAVE_NUMBA", "KeyTable", "first_occurrences", "merge_rows", "place_rows"]
+__all__ = ["HAVE_NUMBA", "KeyTable", "budget_env", "first_occurrences", "merge_rows", "place_rows", "set_thread_budget",
+           "thread_budget", "thread_cap", "thread_settings"]
 
 _EMPTY = np.int64(-1)
 
@@ -253,3 +259,91 @@ class KeyTable:
         return out
 
 
+
+
+# -- the thread budget -------------------------------------------------------------------------------------------
+#
+# A worker given N threads must keep at most N cores busy. Its compute pools, and how each is bounded:
+# - numba's (the kernel, the row merge, the checker's sweeps; OpenMP here): numba.set_num_threads is local to the
+#   calling thread, and a Ray actor with a concurrency group runs its calls on executor threads of Ray's, not on the
+#   thread that ran __init__; there numba used every core (measured: a 1-thread worker kept 2 threads busy).
+#   NUMBA_NUM_THREADS at the process's start sizes the pool itself, for every thread.
+# - torch's intra-op pool (a network policy): process-wide, torch.set_num_threads; its inter-op pool stays idle
+#   (no torch.jit.fork), and can only be sized before its first use.
+# - OpenBLAS / MKL / OpenMP of other libraries: sized by their variables when they load.
+# - Arrow's CPU pool (pyarrow.set_cpu_count; Arrow also reads OMP_NUM_THREADS).
+
+
+def budget_env(threads: int) -> dict[str, str]:
+    """Environment variables that size a new process's compute pools to ``threads`` (a Ray worker's, at its start).
+
+    ``OMP_WAIT_POLICY`` is passed on as :mod:`distmc` sets it (passive, unless the user set it).
+    """
+    n = str(max(1, int(threads)))
+    env = {k: n for k in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
+def thread_settings() -> dict[str, int]:
+    """The thread counts of this process's compute pools as the calling thread sees them (numba's is per thread)."""
+    out: dict[str, int] = {}
+    if HAVE_NUMBA:
+        out["numba"] = int(_nb.get_num_threads())
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch"] = int(torch.get_num_threads())
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        out["arrow"] = int(pa.cpu_count())
+    return out
+
+
+_cap: int | None = None  # the budget set_thread_budget last set in this process
+
+
+def thread_cap() -> int:
+    """The most threads a pool of this process may use: the budget set last, else every core."""
+    return _cap if _cap is not None else (os.cpu_count() or 1)
+
+
+def set_thread_budget(threads: int) -> dict[str, int]:
+    """Bound the compute pools to ``threads``: numba's for the calling thread, torch's and Arrow's for the process.
+
+    torch's count is only lowered (a policy chooses its own count within :func:`thread_cap` by measurement), and
+    set only when torch is loaded already (importing it costs a second). Returns :func:`thread_settings`.
+    """
+    global _cap
+    threads = _cap = max(1, int(threads))
+    if HAVE_NUMBA:
+        _nb.set_num_threads(min(threads, _nb.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() > threads:
+        torch.set_num_threads(threads)
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and pa.cpu_count() != threads:
+        pa.set_cpu_count(threads)
+    return thread_settings()
+
+
+@contextmanager
+def thread_budget(threads: int | None) -> Iterator[None]:
+    """:func:`set_thread_budget` for a block of this thread's work, then the previous counts (None: no change)."""
+    global _cap
+    if threads is None:
+        yield
+        return
+    before, cap = thread_settings(), _cap
+    set_thread_budget(threads)
+    try:
+        yield
+    finally:
+        _cap = cap
+        if "numba" in before:
+            _nb.set_num_threads(before["numba"])
+        torch = sys.modules.get("torch")
+        if torch is not None and "torch" in before:
+            torch.set_num_threads(before["torch"])
+        pa = sys.modules.get("pyarrow")
+        if pa is not None and "arrow" in before:
+            pa.set_cpu_count(before["arrow"])

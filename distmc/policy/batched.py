@@ -241,14 +241,17 @@ class TorchPolicy(BatchedPolicy):
         """
         import torch
 
-        if torch.get_num_threads() <= 1:
+        from distmc._internal.jit import thread_cap
+
+        threads = min(torch.get_num_threads(), thread_cap())  # within the run's thread budget
+        torch.set_num_threads(threads)
+        if threads <= 1:
             return
         dtype = torch_dtype(self.precision)
         try:
             shape = (width, dtype, tuple(tuple(p.shape) for p in self.net.parameters()))
         except Exception:  # noqa: BLE001 - a module without parameters(): measure it every time
             shape = None
-        threads = torch.get_num_threads()
         if shape is not None and (threads, shape) in _THREAD_CHOICE:
             torch.set_num_threads(_THREAD_CHOICE[threads, shape])
             return

@@ -11,13 +11,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from distmc._internal.jit import set_thread_budget, thread_settings
 from distmc.assemble.reducer import merge_csr_rows
 from distmc.check.kernels import compact_probabilities, expand_probabilities, prob_nbytes
 from distmc.errors import ResourceLimitError
 from distmc.explore.checkpoint import file_digest, write_level
 from distmc.explore.expander import policy_counters
 from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
-from distmc.explore.ray.exchange import OCC_SHIFT, _at_least, _first_occurrences, _from_arrow, _to_arrow, owner_of
+from distmc.explore.ray.exchange import (
+    OCC_SHIFT,
+    _at_least,
+    _first_occurrences,
+    _from_arrow,
+    _to_arrow,
+    owner_of,
+    pack_ids,
+    pack_increasing,
+    unpack_ids,
+    unpack_increasing,
+)
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
 from distmc.policy.base import policy_precision
@@ -55,12 +67,11 @@ class PartitionActor:
     def __init__(self, job: Job, rank: int, workers: int, batch_states: int, threads: int,
                  checkpoint_dir: str | None = None, limits: Limits | None = None, start: float | None = None,
                  server: tuple[Any, dict[str, Any]] | None = None) -> None:
-        try:  # one node's cores are shared by the actors on it
-            import numba
-
-            numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
-        except ImportError:  # pragma: no cover
-            pass
+        # One node's cores are shared by the actors on it: the thread budget. The process started with its pools
+        # sized to it (budget_env); numba's count is also set per thread, here and in ready(), which runs on the
+        # thread Ray runs this actor's calls on (not this one: the actor has a concurrency group).
+        self.threads = threads
+        set_thread_budget(threads)
         self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start, server)
         VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
 
@@ -74,6 +85,7 @@ class PartitionActor:
         policy for this worker, which then loads none.
         """
         reset_peak_rss()  # the worker's peak in the report is this run's (a kept actor ran others before)
+        self.clock0 = (time.perf_counter(), time.process_time())  # this run's wall and CPU time start here
         stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server
         built = self.__dict__.get("built")
         if stamp is not None and built is not None and built[0] == stamp:
@@ -124,17 +136,30 @@ class PartitionActor:
         self.stats: dict[str, Any] = {"policy_dtype": policy_precision(self.expander.policy), "expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "exchange_s": 0.0,
                                       "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
+                                      "keys_in": 0, "keys_in_new": 0, "bytes_answer": 0, "bytes_driver": 0,
                                       "checkpoint_bytes": 0}
 
     def keep_rows_here(self) -> None:
-        """Keep the rows after the run, also with a checkpoint (the distributed check runs on them)."""
+        """Keep the rows after the run, also with a checkpoint (the distributed check runs on them).
+
+        Also builds a tiny row matrix of each kind now, at the start: numba compiles its typed lists' methods in
+        every new process (they are not cached on disk: 1.0 s of CPU, measured), which would otherwise fall in
+        the check.
+        """
         self.keep_rows = True
+        if not self.__dict__.get("warm"):
+            from distmc.check.kernels import ChunkedCSR
+
+            offsets, target = np.array([0, 1], dtype=np.int64), np.zeros(1, dtype=np.int32)
+            for prob in (np.ones(1), (np.ones(1), np.zeros(1, dtype=np.uint16))):
+                ChunkedCSR(offsets, [target], [prob], 1)
+            self.warm = True
 
     def release(self) -> None:
         """Drop the run's parts, states and rows: the actor is kept idle for a next run (:meth:`setup`)."""
-        built = self.__dict__.get("built")
+        kept: dict[str, Any] = {k: self.__dict__[k] for k in ("built", "threads", "warm") if k in self.__dict__}
         self.__dict__.clear()
-        self.built = built  # the parts of the last job, for a next run of the same job
+        self.__dict__.update(kept)  # the parts of the last job (for a next run of the same job), the budget
 
     def ready(self) -> dict[str, Any]:
         """The Ray node and process this actor runs on."""
@@ -142,6 +167,7 @@ class PartitionActor:
 
         node = ray.get_runtime_context().get_node_id()
         self.stats["node"] = node
+        self.stats["threads"] = set_thread_budget(self.threads)  # on the thread that runs the actor's calls
         self.stats["start_rss"] = rss_bytes()  # model, kernel and policy replica loaded
         return {"node": str(node), "pid": os.getpid()}
 
@@ -224,11 +250,12 @@ class PartitionActor:
 
         Each row's branches are sorted by target and duplicates added up here, as the reducer would (the same
         routine, in the same order, so the same bits): the work is spread over the workers, and the reducer takes
-        the rows as they come, read-only in Ray's object store, instead of merging them into a copy.
+        the rows as they come (widened from their compact form) instead of merging them again.
         """
         offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob)
-        if self.keep_rows:  # held until the end: compact (int32 targets, a table of the distinct probabilities)
-            target, prob = _compact(target, prob)
+        # compact (int32 targets, a table of the distinct probabilities): held until the end for a distributed
+        # check, and what travels to the driver otherwise (6 B a branch instead of 16 with a uniform policy)
+        target, prob = _compact(target, prob)
         self.rows.append((gids[rows.row_state], rows.row_action, np.diff(offsets), target, prob))
         self.rewards.append(rows.rewards)
         self.flags.append((gids, rows.terminal | rows.deadlock, rows.deadlock))
@@ -282,8 +309,12 @@ class PartitionActor:
         self.stats["exchange_s"] += t_end - t_route  # the per-owner Arrow batches
         return out if self.workers > 1 else out[0]  # Ray: num_returns=1 is one object, not a list of one
 
-    def lookup(self, *batches: Any) -> np.ndarray:
-        """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it."""
+    def lookup(self, *batches: Any) -> tuple[int, int, np.ndarray]:
+        """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it.
+
+        Returned packed (:func:`~distmc.explore.ray.exchange.pack_increasing`), as :meth:`answer` takes the new
+        states' global ids.
+        """
         t = time.perf_counter()
         decoded = [_from_arrow(b, self.codec) for b in batches]
         self.stats["exchange_s"] += time.perf_counter() - t
@@ -303,33 +334,44 @@ class PartitionActor:
         local[order] = self.new_local[rank[inv.reshape(-1)]]
         # local ids of the keys each source asked about, for the answer once the global ids are known
         self.asked = np.split(local, np.cumsum([k.shape[0] for k, _ in decoded])[:-1])
+        # what the other sources' keys were: states known here already, or new ones (each new state counted once
+        # per source that found it in this level; the level's own new states are self.new_keys)
+        remote = np.concatenate([a for s, a in enumerate(self.asked) if s != self.rank] or [local[:0]])
+        self.stats["keys_in"] += int(remote.shape[0])
+        self.stats["keys_in_new"] += int((remote >= self.visited.size - self.new_keys.shape[0]).sum())
         self.stats["lookup_s"] += time.perf_counter() - t
-        return new_occ
+        out = pack_increasing(new_occ)  # in order of first occurrence: increasing
+        self.stats["bytes_driver"] += int(out[2].nbytes)
+        return out
 
-    def answer(self, new_gids: np.ndarray) -> Any:
+    def answer(self, packed_gids: tuple[int, int, np.ndarray]) -> Any:
         """Owner side: record the new states' global ids; the global ids of the keys each source asked about."""
         t = time.perf_counter()
+        self.stats["bytes_driver"] += int(packed_gids[2].nbytes)
+        new_gids = unpack_increasing(packed_gids)
         self._grow(self.new_local, new_gids)
         self.frontier = (new_gids, self.new_keys)
-        out = [self.gids[ids] for ids in self.asked]
+        out = [pack_ids(self.gids[ids]) for ids in self.asked]
+        self.stats["bytes_answer"] += sum(int(a[1].nbytes) for s, a in enumerate(out) if s != self.rank)
         self.stats["exchange_s"] += time.perf_counter() - t
         return out if self.workers > 1 else out[0]
 
-    def store(self, *answers: np.ndarray, level: int = 0) -> dict[str, int]:
+    def store(self, *answers: tuple[int, np.ndarray], level: int = 0) -> dict[str, int]:
         """Source side: turn the pending rows' successor keys into global ids, and keep the rows.
 
-        ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it. With a
-        checkpoint directory the level's rows and new states go to disk (:func:`write_level`) instead of staying
-        in memory. Returns the level's transitions and policy states, and this process's memory.
+        ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it
+        (:func:`~distmc.explore.ray.exchange.pack_ids`). With a checkpoint directory the level's rows and new states
+        go to disk (:func:`write_level`) instead of staying in memory. Returns the level's transitions and policy states, and this process's memory.
         """
         t = time.perf_counter()
         gid_of = self.known  # level-unique id -> global id
         for o in range(self.workers):
-            gid_of[self.sent[o]] = answers[o]
+            got = unpack_ids(answers[o])
+            gid_of[self.sent[o]] = got
             if o != self.rank and self.sent[o].shape[0]:  # remember the other owners' answers
                 cid, _ = self.cache.insert(self.ukeys[self.sent[o]])
                 self.cache_gids = _at_least(self.cache_gids, self.cache.size)
-                self.cache_gids[cid] = answers[o]
+                self.cache_gids[cid] = got
         self.ukeys = self.ukeys[:0]
         transitions = 0
         for rows, bg, uid in self.pending:
@@ -380,16 +422,16 @@ class PartitionActor:
             "row_state": cat([r[0] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
             "row_action": cat([r[1] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
             "counts": cat([r[2] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            # the branches stay in the batches' chunks: no copy here, and none in the driver when it can hand
-            # them on as they are (see gather)
-            "targets": [r[3].astype(np.int64, copy=False) for r in self.rows],
-            "prob": [expand_probabilities(r[4]) for r in self.rows],
+            # the branches stay in the batches' chunks, compact (the driver widens them: exchange._chunks)
+            "targets": [r[3] for r in self.rows],
+            "prob": [r[4] for r in self.rows],
             "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
             "rewards": {n: cat([r[n] for r in self.rewards]) for n in (self.rewards[0] if self.rewards else {})},
         }
 
     def result(self, rows: bool = True) -> dict[str, Any]:
         """The partition's states and the rows not taken yet (with ``rows=False``, its statistics only)."""
+        self._lap("explore")
         self.stats.update(
             states=self.visited.size,
             transitions=self.shipped_transitions + sum(int(r[3].shape[0]) for r in self.rows),
@@ -443,6 +485,7 @@ class PartitionActor:
         """
         from distmc.check.distributed import Mailbox, build_part
 
+        self._lap("explore")
         t = time.perf_counter()
         self.mailbox = Mailbox()
         by_gid = self.__dict__.get("owner_by_gid")  # restored from a checkpoint: the owners of every state
@@ -506,6 +549,7 @@ class PartitionActor:
         finally:
             self.stats.update(engine.stats)
             self.stats["check_s"] = time.perf_counter() - t
+            self._lap("check")  # from check_plan on: the part, the exchange plan and the check
         self.stats["peak_rss"] = peak_rss_bytes()
         self.stats["rss"] = rss_bytes()
         out = {"gids": self.part.gids[init], "checks": checks, "stats": dict(self.stats)}
@@ -531,6 +575,21 @@ class PartitionActor:
         return [{"state": {v.name: (bool(x) if v.is_bool else int(x))
                            for v, x in zip(parts.model.variables, states[i].tolist(), strict=True)},
                  "value": float(vec[i]), "depth": int(depth[i]), "gid": int(part.gids[i])} for i in ids.tolist()]
+
+    def _lap(self, phase: str) -> None:
+        """This run's wall and CPU seconds (every thread of the process) since the last lap, or since :meth:`setup`.
+
+        Stored as ``{phase}_wall_s`` and ``{phase}_cpu_s``: the exploration's (until the rows are handed over or the
+        check starts) and the distributed check's; the worker's thread budget holds when CPU stays within about
+        ``threads`` x wall.
+        """
+        if f"{phase}_wall_s" in self.stats:
+            return
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.stats[f"{phase}_wall_s"] = wall - self.clock0[0]
+        self.stats[f"{phase}_cpu_s"] = cpu - self.clock0[1]
+        self.stats["threads"] = thread_settings()
+        self.clock0 = (wall, cpu)
 
     def _set_status(self, what: str) -> None:
         self.status = what

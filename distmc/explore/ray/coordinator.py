@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.jit import budget_env
 from distmc.check.checker import MAX_ITERATIONS
 from distmc.check.result import Precision
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
@@ -21,7 +22,7 @@ from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
 from distmc.explore.ray.actor import PartitionActor, _job_stamp
-from distmc.explore.ray.exchange import RowBlock, gather, order_rows, owner_of
+from distmc.explore.ray.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
 from distmc.model.packing import StateCodec
 from distmc.options import check_gpu_share, check_ray_resources
 from distmc.pipeline import Job
@@ -267,8 +268,10 @@ class _RayRun:
         self.key = (ray.get_runtime_context().get_job_id(), w, threads, repr(sorted(opts.items())), len(served))
         if self.reuse(ckdir, served):
             return
-        # "mail": the peers' messages of a distributed check, taken while the check runs in the default group
-        actor_cls = ray.remote(concurrency_groups={"mail": 1}, **opts)(PartitionActor)
+        # "mail": the peers' messages of a distributed check, taken while the check runs in the default group.
+        # The thread budget: the worker's process starts with its compute pools sized to it (budget_env).
+        actor_cls = ray.remote(concurrency_groups={"mail": 1}, runtime_env={"env_vars": budget_env(threads)},
+                               **opts)(PartitionActor)
         self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start,
                                         served[r % len(served)] if served else None)
                        for r in range(w)]
@@ -526,13 +529,15 @@ class _RayRun:
         sent = [a.expand.options(num_returns=w).remote() for a in actors]
         sent = [s if isinstance(s, list) else [s] for s in sent]
         self.absorb()  # the last level's rows, while the actors expand
-        news = self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)]) for o in range(w)])
+        news = [unpack_increasing(x) for x in self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)])
+                                                         for o in range(w)])]
         occ = np.concatenate(news)
         tag = np.concatenate([np.full(x.shape[0], o, dtype=np.int64) for o, x in enumerate(news)])
         order = np.argsort(occ, kind="stable")
         gids = np.empty(occ.shape[0], dtype=np.int64)
         gids[order] = self.n + np.arange(occ.shape[0], dtype=np.int64)
-        answers = [actors[o].answer.options(num_returns=w).remote(gids[tag == o]) for o in range(w)]
+        # an owner's new states are in order of first occurrence, so their global ids increase
+        answers = [actors[o].answer.options(num_returns=w).remote(pack_increasing(gids[tag == o])) for o in range(w)]
         answers = [x if isinstance(x, list) else [x] for x in answers]
         stored = self.get([actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
                            for s in range(w)])

@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 
 from distmc._internal.jit import HAVE_NUMBA, first_occurrences, place_rows
-from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow
+from distmc.check.kernels import expand_probabilities
 from distmc.explore.partition import Explored
 from distmc.model.packing import StateCodec
 
-__all__ = ["OCC_SHIFT", "RowBlock", "gather", "order_rows", "owner_of"]
+__all__ = ["OCC_SHIFT", "RowBlock", "gather", "narrow", "order_rows", "owner_of", "pack_ids", "pack_increasing", "unpack_ids",
+           "unpack_increasing", "widen"]
 
 #: Branches of one state must stay below this (the first-occurrence position packs the branch index in 20 bits).
 OCC_SHIFT = 20
@@ -33,11 +34,92 @@ def owner_of(words: np.ndarray, w: int) -> np.ndarray:
     return (h % np.uint64(w)).astype(np.int64)
 
 
-def _to_arrow(keys: np.ndarray, occ: np.ndarray, codec: StateCodec) -> Any:
+def narrow(values: np.ndarray) -> tuple[int, np.ndarray]:
+    """Non-negative integers ``[N]`` as (base, ``[N, w]`` uint8): ``value - base`` in its ``w`` low bytes.
+
+    ``base`` is the smallest value and ``w`` the fewest bytes that hold the largest difference (at least one), so
+    a column of global ids of one level, source positions or branch indices travels in 1-4 bytes an entry instead
+    of 8. :func:`widen` is the inverse.
+    """
+    v = np.ascontiguousarray(values).astype(np.uint64, copy=False)
+    if v.shape[0] == 0:
+        return 0, np.zeros((0, 1), dtype=np.uint8)
+    base = int(v.min())
+    d = (v - np.uint64(base)).astype("<u8", copy=False)
+    w = max(1, (int(d.max()).bit_length() + 7) // 8)
+    return base, np.ascontiguousarray(d.view(np.uint8).reshape(-1, 8)[:, :w])
+
+
+def widen(base: int, raw: np.ndarray) -> np.ndarray:
+    """``[N]`` uint64 from :func:`narrow`'s ``(base, [N, w] uint8)``."""
+    n, w = raw.shape
+    full = np.zeros((n, 8), dtype=np.uint8)
+    full[:, :w] = raw
+    return full.view("<u8").reshape(n).astype(np.uint64) + np.uint64(base)
+
+
+def pack_ids(ids: np.ndarray) -> tuple[int, np.ndarray]:
+    """Global ids ``[N]`` (an owner's answer to a source) narrowed for the trip (:func:`narrow`)."""
+    return narrow(ids)
+
+
+def unpack_ids(packed: tuple[int, np.ndarray]) -> np.ndarray:
+    """The int64 ids of :func:`pack_ids`."""
+    return widen(*packed).astype(np.int64)
+
+
+def pack_increasing(values: np.ndarray) -> tuple[int, int, np.ndarray]:
+    """An increasing int64 sequence ``[N]`` as (first, :func:`narrow` of its steps).
+
+    1-2 bytes an entry for the level's first occurrences an owner reports, and for the global ids the driver hands
+    back (both increase).
+    """
+    v = np.ascontiguousarray(values, dtype=np.int64)
+    first = int(v[0]) if v.shape[0] else 0
+    return (first, *narrow(np.diff(v, prepend=v[:1])))
+
+
+def unpack_increasing(packed: tuple[int, int, np.ndarray]) -> np.ndarray:
+    """The int64 sequence of :func:`pack_increasing`."""
+    first, base, raw = packed
+    return first + np.cumsum(widen(base, raw).astype(np.int64))
+
+
+def _binary(raw: np.ndarray) -> Any:
     import pyarrow as pa
 
-    col = keys_to_arrow(keys, codec.dtype)
-    return pa.RecordBatch.from_arrays([col, pa.array(occ, type=pa.int64())], names=["key", "occ"])
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(raw.shape[1]), raw.shape[0], [None, pa.py_buffer(raw)])
+
+
+def _raw(col: Any) -> np.ndarray:
+    w, n = col.type.byte_width, len(col)
+    buf = col.buffers()[1]
+    if buf is None or n == 0:
+        return np.zeros((0, w), dtype=np.uint8)
+    return np.frombuffer(buf, dtype=np.uint8)[col.offset * w : (col.offset + n) * w].reshape(n, w)
+
+
+def _to_arrow(keys: np.ndarray, occ: np.ndarray, codec: StateCodec) -> Any:
+    """One source's keys for one owner, with their first occurrences ``occ`` (increasing), as a compact batch.
+
+    Columns (``fixed_size_binary``, :func:`narrow`; the bases in the schema's metadata): ``k0``.. the key's words,
+    ``src`` the source's global id as a step from the previous key's (occurrences increase, so steps are small),
+    ``branch`` the branch index. 6 bytes a key on avoid 10x10 (a 25-bit key, one-byte steps and branches), where
+    the plain columns took 16.
+    """
+    import pyarrow as pa
+
+    words = codec.to_words(keys)
+    src = occ >> OCC_SHIFT
+    cols = [narrow(words[:, j]) for j in range(words.shape[1])]
+    cols.append(narrow(np.diff(src, prepend=src[:1])))
+    cols.append(narrow(occ & ((1 << OCC_SHIFT) - 1)))
+    names = [f"k{j}" for j in range(words.shape[1])] + ["src", "branch"]
+    first = int(src[0]) if src.shape[0] else 0
+    meta = {"base": " ".join(str(b) for b, _ in cols), "src0": str(first)}
+    arrays = [_binary(raw) for _, raw in cols]
+    schema = pa.schema([pa.field(n, a.type) for n, a in zip(names, arrays, strict=True)], metadata=meta)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, row_state: np.ndarray,
@@ -56,7 +138,14 @@ def _first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, 
 
 
 def _from_arrow(batch: Any, codec: StateCodec) -> tuple[np.ndarray, np.ndarray]:
-    return keys_from_arrow(batch.column(0), codec.dtype), batch.column(1).to_numpy(zero_copy_only=False)
+    """The keys ``[K]`` and first occurrences ``[K]`` int64 of a batch of :func:`_to_arrow`."""
+    meta = batch.schema.metadata
+    bases = [int(b) for b in meta[b"base"].split()]
+    cols = [widen(b, _raw(batch.column(j))) for j, b in enumerate(bases)]
+    words = np.stack(cols[: codec.words], axis=1) if cols[0].shape[0] else np.zeros((0, codec.words), np.uint64)
+    src = int(meta[b"src0"]) + np.cumsum(cols[-2].astype(np.int64))
+    occ = (src << OCC_SHIFT) + cols[-1].astype(np.int64)
+    return codec.from_words(words), occ
 
 
 def _at_least(ids: np.ndarray, size: int) -> np.ndarray:
@@ -70,9 +159,14 @@ def _at_least(ids: np.ndarray, size: int) -> np.ndarray:
 
 
 def _chunks(r: dict[str, Any]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """A result's branches as (rows, targets, prob) chunks of whole rows (a result may hold one array or a list)."""
+    """A result's branches as (rows, targets, prob) chunks of whole rows (a result may hold one array or a list).
+
+    An actor's chunks travel compact (int32 targets, probabilities as a table and an index: the actor's ``_keep``);
+    here they become the reducer's int64 targets and float64 probabilities.
+    """
     if isinstance(r["targets"], list):
-        return list(zip(r["chunk_rows"], r["targets"], r["prob"], strict=True))
+        return [(k, t.astype(np.int64, copy=False), expand_probabilities(p))
+                for k, t, p in zip(r["chunk_rows"], r["targets"], r["prob"], strict=True)]
     return [(int(r["counts"].shape[0]), r["targets"], r["prob"])]
 
 
@@ -91,8 +185,9 @@ def order_rows(pieces: list[dict[str, Any]]) -> RowBlock:
     """The rows of ``pieces`` (each in increasing global id) in global order, as one :class:`RowBlock`.
 
     When the pieces' rows, taken in turn, are in global order already (one worker, or one worker's levels read
-    from a checkpoint), the chunks are handed on as they are, without a copy: read-only views of Ray's object
-    store or of the files. Else every row is copied once to its global position (one chunk).
+    from a checkpoint), the chunks are handed on chunk by chunk, as they are (the files' arrays) or widened from
+    the compact form they travelled in (an actor's). Else every row is copied once to its global position (one
+    chunk).
     """
     names = next((list(r["rewards"]) for r in pieces if r["counts"].shape[0]), [])
     row_state = np.concatenate([r["row_state"] for r in pieces]) if pieces else np.zeros(0, dtype=np.int64)
