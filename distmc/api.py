@@ -10,12 +10,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import export, to_storm
 from distmc.check.checker import EXACT_MAX_TRANSITIONS, check_values
 from distmc.check.dispatch import EXACT_TIMEOUT_S, check_properties, single_property_states
 from distmc.check.native import LocalEngine, at_initial, matrix_of, unsupported, values_of
+from distmc.check.partial import check_partial, close_frontier, frontier_probability, horizon_of, partial_entry
 from distmc.check.properties import PropertySpec
 from distmc.check.result import CheckResult, Precision, result_entry, result_line, summarise
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
@@ -172,6 +175,11 @@ class Report:
     traces_mass: float | None = None
     riskiest_states: list[dict] | None = None
     options: dict[str, object] = field(default_factory=dict)  # the run's VerifyOptions (``to_dict``)
+    # a run stopped before the fixpoint: every result is bounds from the explored part (distmc.check.partial)
+    partial: bool = False
+    # the frontier: why exploration stopped, explored and frontier states, the probability of reaching the
+    # frontier; also for a horizon cut (then exact: partial is False); None: explored to the fixpoint
+    frontier: dict[str, object] | None = None
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -194,10 +202,31 @@ class Report:
             f"{self.states} states, {self.transitions} transitions, {self.choices} rows, depth {self.depth}\n"
             f"  time: {_time_line(t)}"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
+            + _frontier_line(self.frontier, self.partial)
             + cost
             + "".join(f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states,
                                                                self.result))
         )
+
+
+def _frontier_line(frontier: dict[str, object] | None, partial: bool) -> str:
+    """The summary's line on a model explored in part (a limit) or cut at a horizon; empty for a full one."""
+    if frontier is None:
+        return ""
+    reach = frontier.get("frontier_probability")
+    reached = "" if reach is None else f", reached with probability {result_line_value(reach)}"
+    if not partial:
+        return (f"\n  horizon cut at depth {frontier['horizon']}: {frontier['frontier_states']} states at the horizon "
+                "not expanded (exact for the step bound)")
+    return (f"\n  partial model: exploration stopped ({frontier['reason']}) with {frontier['explored_states']} states "
+            f"expanded and {frontier['frontier_states']} found but not expanded{reached}; each result is bounds "
+            "[lo, hi] that contain the value of the whole model")
+
+
+def result_line_value(v: object) -> str:
+    if isinstance(v, dict):
+        return "[" + ", ".join(f"{x:.3g}" for x in v.values()) + "] (min, max)"
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
 def verify(model_path: str | Path | None, prop: str | None, options: VerifyOptions | None = None,
@@ -300,8 +329,9 @@ class _Run:
         o, parts = self.opts, self.parts
         self.clock.start("exploring", self.driver)
         initial = parts.codec.pack(parts.model.initial_states)
+        horizon = horizon_of(parts.props.specs) if o.horizon_cut else None
         if parts.expander is not None:
-            return explore_local(parts.expander, initial, limits=self.limits, progress=o.progress)
+            return explore_local(parts.expander, initial, limits=self.limits, progress=o.progress, horizon=horizon)
         from distmc.explore.ray import explore_ray
 
         return explore_ray(self.job, parts.codec, initial, o.workers, address=o.address, limits=self.limits,
@@ -353,9 +383,14 @@ class _Run:
         """Assemble the induced model in this process and check every property (Storm, native or exact)."""
         o, parts, explain, clock = self.opts, self.parts, self.explain, self.clock
         specs = parts.props.specs
+        first = int(explored.stats.get("expanded", explored.n_states))
+        n_frontier = close_frontier(explored, first)
+        stopped = explored.stats.get("stopped") if n_frontier else None
         induced = assemble(explored, parts.model, parts.codec, parts.props.atoms, parts.reward_names,
                            force_mdp=parts.force_mdp)
         explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
+        if stopped is not None:
+            return self.check_partial_model(explored, induced, first, str(stopped))
         if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
             explain.before_check(induced, parts, self.job, phase=clock.start)
         if o.exact and induced.n_transitions > EXACT_MAX_TRANSITIONS:
@@ -379,12 +414,61 @@ class _Run:
             checked = self.check_here(induced, checkers)
         timings = clock.stop()
         entries = [result_entry(sp.text, sp.name, r) for sp, r in zip(specs, checked, strict=True)]
+        horizon = explored.stats.get("horizon") if n_frontier else None
         report = Report(
+            frontier=None if horizon is None else {"reason": f"horizon cut at depth {horizon}", "horizon": horizon,
+                                                   "explored_states": first, "frontier_states": n_frontier},
             result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
             truth=checked[0].truth, results=entries, single_states=single, states=induced.n_states,
             transitions=induced.n_transitions, induced=induced.kind, choices=induced.n_rows,
             initial_states=int(induced.initial.shape[0]), checker=used, traces=explain.found,
             traces_mass=explain.mass, riskiest_states=explain.at_risk,
+            **self.common(explored.stats, explored.worker_stats, timings))
+        return report, induced
+
+    def check_partial_model(self, explored: Explored, induced: InducedModel, first: int,
+                            reason: str) -> tuple[Report, InducedModel]:
+        """Bounds of every property from a model explored in part (:mod:`distmc.check.partial`): two checks each."""
+        o, parts, clock = self.opts, self.parts, self.clock
+        specs = parts.props.specs
+        if o.exact:
+            raise ResourceLimitError(
+                f"exploration stopped ({reason}) with {first} of {induced.n_states} states expanded: --exact checks "
+                "complete models only, so nothing was checked (run without --exact for bounds)",
+                {"states": induced.n_states, "transitions": induced.n_transitions,
+                 "frontier": induced.n_states - first, "depth": int(explored.stats.get("depth", 0))})
+        frontier = np.zeros(induced.n_states, dtype=bool)
+        frontier[first:] = True
+        asked = self.checker if self.checker != "auto" or self.driver == "local" else "storm"
+        if asked == "distributed":
+            asked = "auto"  # the rows were gathered: the model's part is checked here
+        depth = int(explored.stats.get("depth", 0))
+        checkers = [_choose_checker(asked, self.limits, induced, s, depth, release=False) for s in specs]
+        used = checkers[0] if len(set(checkers)) == 1 else "+".join(dict.fromkeys(checkers))
+        clock.start("checking", "bounds from the explored part")
+        reach = frontier_probability(induced, frontier, precision=self.prec) if induced.kind == "dtmc" else None
+        storm_box: list[object] = []
+
+        def storm_model() -> object:
+            if not storm_box:
+                clock.start("handing to Storm")
+                storm_box.append(to_storm(induced, release=True))
+                clock.start("checking", "Storm, bounds from the explored part")
+            return storm_box[0]
+
+        checked, notes = check_partial(parts.props, induced, checkers, self.prec, storm_model, frontier,
+                                       parts.model, len(parts.model.variables), progress=clock.detail)
+        if reach is None:
+            reach = frontier_probability(induced, frontier, storm_model(), self.prec)
+        timings = clock.stop()
+        entries = [partial_entry(sp, r, note) for sp, r, note in zip(specs, checked, notes, strict=True)]
+        report = Report(
+            result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
+            truth=checked[0].truth, results=entries, states=induced.n_states,
+            transitions=induced.n_transitions, induced=induced.kind, choices=induced.n_rows,
+            initial_states=int(induced.initial.shape[0]), checker=used, partial=True,
+            frontier={"reason": reason, "explored_states": first, "frontier_states": induced.n_states - first,
+                      "frontier_probability": reach, "horizon": explored.stats.get("horizon")},
             **self.common(explored.stats, explored.worker_stats, timings))
         return report, induced
 

@@ -121,6 +121,11 @@ class VerifyOptions:
             worker is then replaced and the run goes on. Uses the Ray driver.
         resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
             arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.
+        horizon_cut: when every property is step-bounded (``F<=k``, ``U<=k``, ``C<=k``, ``I=k``), leave the states
+            deeper than the deepest bound unexpanded (``--horizon-cut``): the answer is exact, the model smaller
+            than Storm's builder's (:func:`distmc.check.partial.horizon_of`).
+        A run stopped by a limit (or Ctrl-C) reports bounds from the explored part (``report.partial``,
+        ``report.bounds``; :mod:`distmc.check.partial`).
 
     Outputs:
         export_path: also write the induced model (``.umb`` or ``.drn``).
@@ -172,6 +177,7 @@ class VerifyOptions:
     timeout: str | float | None = None
     checkpoint_dir: str | None = None
     resume: str | None = None
+    horizon_cut: bool = False
     # outputs
     export_path: str | None = None
     keep_model: bool = False

@@ -165,10 +165,26 @@ def result_entry(text: str, name: str | None, res: CheckResult) -> dict[str, obj
     return entry
 
 
+def _width(bounds: object) -> float:
+    """Hi - lo of a partial answer's bounds (the widest of min and max)."""
+    if isinstance(bounds, dict):
+        return max(float(v[1]) - float(v[0]) for v in bounds.values())
+    return float(bounds[1]) - float(bounds[0])  # type: ignore[index]
+
+
 def result_line(entry: dict[str, object]) -> str:
     """The text report's line of one property."""
     label = entry["property"] if entry.get("name") is None else f'"{entry["name"]}": {entry["property"]}'
     value = _value_text(entry["value"], None if entry.get("method") == "exact" else entry.get("bounds"))
+    if entry.get("partial"):  # a partial model: the bounds are the answer (distmc.check.partial)
+        b = entry["bounds"]
+        value = (f"in [{_fmt(b[0])}, {_fmt(b[1])}]" if isinstance(b, list) else  # type: ignore[index]
+                 "in " + ", ".join(f"{k} [{_fmt(v[0])}, {_fmt(v[1])}]" for k, v in b.items()))  # type: ignore[union-attr]
+        value += f" (width {_fmt(_width(b))}, partial model" + (f"; {entry['not_bounded']})" if entry.get(
+            "not_bounded") else ")")
+        if "truth" in entry:
+            value = f"{str(entry['truth']).lower()} ({value})"
+        return f"{label}  =  {value}"
     if "truth" in entry:
         note = "" if entry.get("decided") is not False else ": the bounds contain the threshold, ask a finer --precision"
         value = f"{str(entry['truth']).lower()} (value {value}{note})"
