@@ -180,10 +180,12 @@ class Report:
     # the frontier: why exploration stopped, explored and frontier states, the probability of reaching the
     # frontier; also for a horizon cut (then exact: partial is False); None: explored to the fixpoint
     frontier: dict[str, object] | None = None
+    # --width / --order: each round's budget, states, explored states, width, bounds and elapsed seconds
+    rounds: list[dict[str, Any]] | None = None
 
     def to_json(self) -> str:
         d = asdict(self)
-        for name in ("traces", "traces_mass", "riskiest_states"):
+        for name in ("traces", "traces_mass", "riskiest_states", "rounds"):
             if d[name] is None:
                 del d[name]
         return json.dumps(d, indent=2)
@@ -203,6 +205,8 @@ class Report:
             f"  time: {_time_line(t)}"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
             + _frontier_line(self.frontier, self.partial)
+            + ("" if not self.rounds else "\n  rounds: " + ", ".join(
+                f"{r['explored_states']} states -> width {r['width']:.3g}" for r in self.rounds))
             + cost
             + "".join(f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states,
                                                                self.result))
@@ -250,6 +254,9 @@ def verify(model_path: str | Path | None, prop: str | None, options: VerifyOptio
         0.0625
     """
     run = _Run.start(model_path, prop, VerifyOptions.build(options, **kw))
+    if run.opts.width is not None or run.opts.order is not None:
+        report, induced = run.rounds()
+        return (report, induced) if run.opts.keep_model else report
     explored = run.explore()
     run.clock.start("assembling")
     if not isinstance(explored, Explored):  # the rows are on the Ray workers
@@ -303,7 +310,7 @@ class _Run:
             o.check_distributed(checker)
         parts = job.build(explorer=o.run_driver == "local")
         specs = parts.props.specs
-        explain = Explain(o.traces, o.values, o.plot, o.plot_vars)
+        explain = Explain(o.traces, o.values, None if o.width is not None else o.plot, o.plot_vars)  # --width: its own
         if explain.active and len(specs) > 1:
             raise DistmcError("--traces, --values and --plot explain one property: give one --prop with them")
         explain.validate(parts)
@@ -337,7 +344,63 @@ class _Run:
         return explore_ray(self.job, parts.codec, initial, o.workers, address=o.address, limits=self.limits,
                            checkpoint=self.ckpt, progress=o.progress, gpus_per_worker=o.gpus_per_worker,
                            threads_per_worker=o.threads_per_worker,
-                           policy_servers=o.policy_servers if parts.uses_policy else 0, rows_stay=self.rows_stay)
+                           policy_servers=o.policy_servers if parts.uses_policy else 0, rows_stay=self.rows_stay,
+                           horizon=horizon)
+
+    def rounds(self) -> tuple[Report, InducedModel]:
+        """Explore in rounds in a priority order (:mod:`distmc.explore.priority`), checking after each round.
+
+        Each round's budget of states is twice the last one's (the first: :data:`FIRST_ROUND_STATES`, at most
+        ``max_states``), and it goes on from what the last round explored. It stops once every property's bounds
+        are at most ``width`` wide (or the model is explored whole, or a limit is passed, or ``max_states`` is
+        reached); without ``width``, after one round of ``max_states`` states.
+        """
+        from distmc.explore.limits import Interrupt, LimitCheck
+        from distmc.explore.priority import PriorityExplorer
+
+        o, parts, clock = self.opts, self.parts, self.clock
+        horizon = horizon_of(parts.props.specs) if o.horizon_cut else None
+        order = o.order or ("bfs" if horizon is not None else "mass")
+        assert parts.expander is not None
+        clock.start("exploring", f"in-process, {order} first")
+        explorer = PriorityExplorer(parts.expander, parts.codec.pack(parts.model.initial_states), order)
+        cap = o.max_states if o.max_states is not None else (None if o.width is not None else 2**62)
+        budget = FIRST_ROUND_STATES if o.width is not None else int(cap)  # type: ignore[arg-type]
+        if cap is not None:
+            budget = min(budget, cap)
+        check = LimitCheck(Limits(None, self.limits.max_memory, self.limits.timeout))
+        rounds: list[dict[str, Any]] = []
+        while True:
+            with Interrupt() as interrupt:
+                why = explorer.grow(budget, check, lambda: interrupt.why, horizon)
+            explored = explorer.snapshot()
+            capped = cap is not None and budget >= cap and explorer.n_states > budget
+            if why is None and explorer.n_states > budget:
+                why = f"passed --max-states {cap}" if capped else f"round budget of {budget} states"
+            if why is not None:
+                explored.stats["stopped"] = why  # type: ignore[assignment]
+            if horizon is not None:
+                explored.stats["horizon"] = horizon
+            report, induced = self.check_gathered(explored)
+            width = _width(report)
+            rounds.append({"round": len(rounds) + 1, "budget": budget, "states": report.states,
+                           "explored_states": explored.n_states - int(explored.frontier.shape[0])
+                           if explored.frontier is not None else report.states,
+                           "width": width, "bounds": report.bounds, "elapsed_s": round(clock.elapsed(), 3)})
+            log.info("round %d: %d states, width %.3g", len(rounds), report.states, width)
+            if o.progress is not None:
+                o.progress({"phase": f"round {len(rounds)}: width {width:.3g} at {report.states} states",
+                            "elapsed_s": clock.elapsed()})
+            done = (not report.partial or o.width is None or width <= o.width or capped
+                    or (why is not None and not why.startswith("round budget")))
+            if done:
+                break
+            budget = budget * 2 if cap is None else min(budget * 2, cap)
+            clock.start("exploring", f"in-process, {order} first, round {len(rounds) + 1}")
+        report.rounds = rounds
+        if o.width is not None and o.plot is not None:
+            _plot_rounds(rounds, o.plot, order)
+        return report, induced
 
     def on_workers(self, rows: RayRows) -> Report | Explored:
         """Rows on the Ray workers: check them there (the report), or gather them here (for Storm)."""
@@ -346,6 +409,10 @@ class _Run:
             kind = "mdp" if self.parts.force_mdp else "dtmc"  # a policy-induced model with several rows fails later
             used = _choose_ray_checker(self.checker, self.limits, rows, self.parts.spec, kind, self.opts.workers,
                                        sum(int(w.get("rss", 0)) for w in rows.worker_stats))
+            if "expanded" in rows.stats:  # a partial model (or a horizon cut): its frontier is closed here
+                log.warning("exploration stopped before the fixpoint: the explored part is gathered into this process "
+                            "and checked there (the distributed checker does not bound a partial model)")
+                used = "gather"
             if used == "distributed":
                 report = self.check_distributed(rows)
                 ok = True
@@ -383,14 +450,17 @@ class _Run:
         """Assemble the induced model in this process and check every property (Storm, native or exact)."""
         o, parts, explain, clock = self.opts, self.parts, self.explain, self.clock
         specs = parts.props.specs
-        first = int(explored.stats.get("expanded", explored.n_states))
-        n_frontier = close_frontier(explored, first)
+        if explored.frontier is None:  # the drivers' frontier is the tail of the ids
+            close_frontier(explored, int(explored.stats.get("expanded", explored.n_states)))
+        fids = explored.frontier if explored.frontier is not None else np.zeros(0, dtype=np.int64)
+        n_frontier = int(fids.shape[0])
+        first = explored.n_states - n_frontier  # states expanded
         stopped = explored.stats.get("stopped") if n_frontier else None
         induced = assemble(explored, parts.model, parts.codec, parts.props.atoms, parts.reward_names,
                            force_mdp=parts.force_mdp)
         explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
         if stopped is not None:
-            return self.check_partial_model(explored, induced, first, str(stopped))
+            return self.check_partial_model(explored, induced, fids, str(stopped))
         if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
             explain.before_check(induced, parts, self.job, phase=clock.start)
         if o.exact and induced.n_transitions > EXACT_MAX_TRANSITIONS:
@@ -426,11 +496,12 @@ class _Run:
             **self.common(explored.stats, explored.worker_stats, timings))
         return report, induced
 
-    def check_partial_model(self, explored: Explored, induced: InducedModel, first: int,
+    def check_partial_model(self, explored: Explored, induced: InducedModel, fids: np.ndarray,
                             reason: str) -> tuple[Report, InducedModel]:
         """Bounds of every property from a model explored in part (:mod:`distmc.check.partial`): two checks each."""
         o, parts, clock = self.opts, self.parts, self.clock
         specs = parts.props.specs
+        first = induced.n_states - int(fids.shape[0])  # states expanded
         if o.exact:
             raise ResourceLimitError(
                 f"exploration stopped ({reason}) with {first} of {induced.n_states} states expanded: --exact checks "
@@ -438,7 +509,7 @@ class _Run:
                 {"states": induced.n_states, "transitions": induced.n_transitions,
                  "frontier": induced.n_states - first, "depth": int(explored.stats.get("depth", 0))})
         frontier = np.zeros(induced.n_states, dtype=bool)
-        frontier[first:] = True
+        frontier[fids] = True
         asked = self.checker if self.checker != "auto" or self.driver == "local" else "storm"
         if asked == "distributed":
             asked = "auto"  # the rows were gathered: the model's part is checked here
@@ -506,6 +577,42 @@ class _Run:
                     "worker_peak_bytes": [int(w.get("peak_rss", 0)) for w in worker_stats]},
             timings={"handoff_s": 0.0, **timings, **{k: float(v) for k, v in stats.items() if k in _EXPLORE_SPLIT}},
             options=self.opts.to_dict())
+
+
+#: The first round's budget of states under ``--width``.
+FIRST_ROUND_STATES = 1000
+
+
+def _width(report: Report) -> float:
+    """The widest of the report's bounds (0 for a model explored whole; inf where one is not bounded)."""
+    if not report.partial:
+        return 0.0
+    widest = 0.0
+    for r in report.results:
+        b = r["bounds"]
+        pairs = list(b.values()) if isinstance(b, dict) else [b]
+        for lo, hi in pairs:  # type: ignore[misc]
+            widest = max(widest, float(hi) - float(lo))
+    return widest
+
+
+def _plot_rounds(rounds: list[dict[str, Any]], path: str, order: str) -> None:
+    """Width against states explored, one point per round (``--width --plot``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    xs = [r["explored_states"] for r in rounds]
+    ys = [max(r["width"], 1e-17) for r in rounds]
+    ax.loglog(xs, ys, "o-", label=order)
+    ax.set_xlabel("states explored")
+    ax.set_ylabel("width hi - lo")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _policy_name(parts: Parts, policy: str | None) -> str:

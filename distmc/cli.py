@@ -89,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--horizon-cut", action="store_true",
                      help="step-bounded properties only (F<=k, U<=k, C<=k, I=k): do not expand states deeper than "
                           "the deepest bound (exact answer, smaller model)")
+    run.add_argument("--width", type=float, default=None, metavar="EPS",
+                     help="explore in rounds (in-process), doubling the states each round and checking after each, "
+                          "until every property's bounds are at most EPS wide (--max-states caps it)")
+    run.add_argument("--order", default=None, choices=["mass", "bfs"],
+                     help="order of a budgeted exploration: mass (most probable frontier states first; the default "
+                          "with --width) or bfs (breadth-first; the default with --horizon-cut)")
     run.add_argument("--checkpoint-dir", default=None,
                      help="write every explored level there (Arrow IPC): a lost worker is replaced, and a stopped "
                           "run continues with --resume (Ray driver)")

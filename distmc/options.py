@@ -124,6 +124,12 @@ class VerifyOptions:
         horizon_cut: when every property is step-bounded (``F<=k``, ``U<=k``, ``C<=k``, ``I=k``), leave the states
             deeper than the deepest bound unexpanded (``--horizon-cut``): the answer is exact, the model smaller
             than Storm's builder's (:func:`distmc.check.partial.horizon_of`).
+        width: explore in rounds, in process, each round's budget of states twice the last one's, checking after
+            each, until every property's bounds are at most this wide (``--width``; ``report.rounds``); ``max_states``
+            caps the budget.
+        order: the order of a budgeted exploration (:mod:`distmc.explore.priority`): ``mass`` (the frontier states
+            with the most probable path first; the default with ``width``) or ``bfs`` (the default with
+            ``horizon_cut``). Given without ``width``, one round of ``max_states`` states in that order.
         A run stopped by a limit (or Ctrl-C) reports bounds from the explored part (``report.partial``,
         ``report.bounds``; :mod:`distmc.check.partial`).
 
@@ -178,6 +184,8 @@ class VerifyOptions:
     checkpoint_dir: str | None = None
     resume: str | None = None
     horizon_cut: bool = False
+    width: float | None = None
+    order: str | None = None
     # outputs
     export_path: str | None = None
     keep_model: bool = False
@@ -207,6 +215,16 @@ class VerifyOptions:
         check_ray_resources(self.threads_per_worker, self.policy_servers)
         if self.gpus_per_worker is not None:
             check_gpu_share(self.gpus_per_worker)
+        if self.order is not None and self.order not in ("mass", "bfs"):
+            raise DistmcError(f"--order must be mass or bfs, not '{self.order}'")
+        if self.width is not None and not (0.0 <= self.width < float("inf")):
+            raise DistmcError(f"--width must be a non-negative number, not {self.width}")
+        if (self.width is not None or self.order is not None) and self.run_driver != "local":
+            raise DistmcError("--width and --order explore in this process: use --driver local (one worker, no "
+                              "checkpoint); the Ray driver explores breadth-first, and bounds a run a limit stops")
+        if self.order == "mass" and self.horizon_cut:
+            raise DistmcError("--horizon-cut needs the breadth-first order (a state's depth is known when it is "
+                              "expanded): use --order bfs")
         if self.checker not in CHECKERS:
             raise DistmcError(f"--checker must be auto, storm, native or distributed, not '{self.checker}'")
         if self.mode not in MODES:

@@ -76,11 +76,12 @@ def close_frontier(explored: Explored, first: int) -> int:
     The explorers number states in breadth-first discovery order and expand them in that order, so the states
     not expanded when exploration stops are a tail of the ids. Their rows carry zero action rewards; they are not
     marked terminal, so their own state rewards and labels stay (what the horizon cut needs; the bounds set the
-    frontier's rewards themselves). Returns the number of frontier states.
+    frontier's rewards themselves). Sets ``explored.frontier``; returns the number of frontier states.
     """
     n = explored.n_states
     ids = np.arange(first, n, dtype=np.int64)  # [F]
     f = int(ids.shape[0])
+    explored.frontier = ids
     if f == 0:
         return 0
     explored.loop = _padded(explored.loop, n)
@@ -114,7 +115,7 @@ def _step_bound(spec: PropertySpec) -> int | None:
         return None
     sub = f.subformula
     if isinstance(sub, sl.BoundedUntilFormula):
-        if sub.is_multi_dimensional or not sub.has_upper_bound:
+        if sub.is_multi_dimensional:
             return None
         try:
             k = int(str(sub.upper_bound_expression))

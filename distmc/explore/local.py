@@ -32,8 +32,10 @@ def explore_local(
 ) -> Explored:
     """Explore from ``initial_keys`` ``[I]`` to the fixpoint; states are numbered in BFS discovery order.
 
-    A passed limit (or Ctrl-C) stops the exploration after the batch it was passed in: the states not expanded
-    then are the ids from ``stats["expanded"]`` on (the frontier), and ``stats["stopped"]`` says why. The states
+    A passed limit stops the exploration: ``--max-states`` (and Ctrl-C) at the end of the level it was passed in,
+    as the Ray driver does (so the explored part is the same for any worker count), time and memory after the
+    batch. The states not expanded then are the ids from ``stats["expanded"]`` on (the frontier), and
+    ``stats["stopped"]`` says why. The states
     at depth ``horizon`` are not expanded (the horizon cut of step-bounded properties; ``stats["horizon"]``).
 
     Args:
@@ -62,10 +64,13 @@ def explore_local(
                 rows = part.expand(bkeys)
                 part.store(bids, rows, part.resolve(rows.target_keys))
                 expanded = int(bids[-1]) + 1
-                stopped = check.exceeded(states=part.visited.size) or interrupt.why
+                # time and memory stop now; a state count (or Ctrl-C) at the level's end, as the Ray driver does,
+                # so that the explored set does not depend on the batch size or the number of workers
+                stopped = check.exceeded(memory=None)
                 if stopped is not None:
                     break
             depth += 1
+            stopped = stopped or check.exceeded(states=part.visited.size) or interrupt.why
             info = {"depth": depth, "states": part.visited.size, "frontier": part.frontier_size,
                     "transitions": part.transitions, "policy_states": part.policy_states,
                     "policy_calls": policy_counters(expander)[0], "memory": rss_bytes(),

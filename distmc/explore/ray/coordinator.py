@@ -16,7 +16,7 @@ import numpy as np
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explain.values import RISKIEST
 from distmc.explore.checkpoint import Checkpoint
-from distmc.explore.limits import LimitCheck, Limits, rss_bytes
+from distmc.explore.limits import Interrupt, LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
 from distmc.explore.ray.actor import PartitionActor, _job_stamp
 from distmc.explore.ray.exchange import RowBlock, gather, order_rows, owner_of
@@ -54,7 +54,8 @@ class RayRows:
         self.n_states, self.n_transitions, self.n_initial, self.depth = run.n, run.transitions, run.n_initial, run.depth
         self.stats: dict[str, float] = {"depth": run.depth, "policy_states": run.policy_states,
                                         "policy_calls": run.policy_calls, "restarts": run.restarts,
-                                        "startup_s": run.startup_s, "levels_s": run.levels_s}
+                                        "startup_s": run.startup_s, "levels_s": run.levels_s,
+                                        **run.frontier_stats()}
         self.worker_stats: list[dict[str, Any]] = []
         self.closed = False
 
@@ -151,6 +152,7 @@ def explore_ray(
     threads_per_worker: int | None = None,
     policy_servers: int = 0,
     rows_stay: bool = False,
+    horizon: int | None = None,
 ) -> Any:
     """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
@@ -162,7 +164,11 @@ def explore_ray(
         address: a running Ray cluster (``auto`` or ``HOST:PORT``); None: the cluster in ``RAY_ADDRESS`` if set,
             else a new local Ray (unless this process is connected to one already).
         batch_states: states per expansion batch inside an actor.
-        limits: stop with :class:`ResourceLimitError` (and a partial report) once a limit is passed.
+        limits: once a limit is passed at the end of a level (or Ctrl-C), stop: the last level's new states are
+            the frontier (``stats["expanded"]``, ``stats["stopped"]``, as :func:`~distmc.explore.local.explore_local`
+            gives them); a worker that passes its share of ``--max-memory`` or the timeout inside a level stops the
+            run with :class:`ResourceLimitError` (and a partial report).
+        horizon: expand the levels ``0 .. horizon - 1`` only (the horizon cut; None: to the fixpoint).
         checkpoint: write every level to this checkpoint and, if it already holds levels, continue from the last
             one; a lost worker is then replaced (up to ``max_restarts`` times) and the run goes on.
         progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
@@ -192,6 +198,7 @@ def explore_ray(
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker,
                   threads_per_worker, policy_servers, rows_stay)
+    run.horizon = horizon
     try:
         if rows_stay:
             run.run(initial_keys, max_restarts, gather=False)
@@ -228,6 +235,8 @@ class _RayRun:
         self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.policy_calls = 0
         self.restarts = 0
         self.frontier = 0
+        self.horizon: int | None = None  # levels 0 .. horizon - 1 only
+        self.stopped: str | None = None  # why exploration stopped before the fixpoint (a limit, Ctrl-C)
         # Without a checkpoint the rows come to the driver level by level: each level's are taken from the actors
         # (``taken``: their refs) and placed in global order while the actors run the next level (``blocks``).
         self.stream = checkpoint is None and not rows_stay
@@ -389,14 +398,16 @@ class _RayRun:
             self.restore()
         else:
             self.begin(initial_keys)
-        while True:
-            try:
-                done = self.level()
-            except _WorkerLost as exc:
-                self.recover(exc, max_restarts)
-                continue
-            if done:
-                break
+        with Interrupt() as interrupt:
+            while self.horizon is None or self.depth < self.horizon:
+                try:
+                    done = self.level()
+                except _WorkerLost as exc:
+                    self.recover(exc, max_restarts)
+                    continue
+                self.stopped = self.stopped or (interrupt.why if self.frontier else None)
+                if done or self.stopped is not None:
+                    break
         self.levels_s = time.perf_counter() - t0 - self.startup_s
         if not gather:
             return None
@@ -507,8 +518,7 @@ class _RayRun:
         if self.progress is not None:
             self.progress(info)
         if self.frontier:
-            self.check.check(states=self.n, transitions=self.transitions, frontier=self.frontier, depth=self.depth,
-                             memory=memory)
+            self.stopped = self.check.exceeded(states=self.n, memory=memory)
         return self.frontier == 0
 
     def exchange(self) -> tuple[int, list[dict[str, int]]]:
@@ -589,6 +599,20 @@ class _RayRun:
             self.blocks.append(order_rows(pieces))
         self.absorb_s += time.perf_counter() - t
 
+    def frontier_stats(self) -> dict[str, Any]:
+        """Where exploration stopped before the fixpoint (empty for a run explored to the fixpoint).
+
+        The first id not expanded (the last level's new states are the tail of the ids), why, and the horizon.
+        """
+        if not self.frontier:
+            return {}
+        out: dict[str, Any] = {"expanded": self.n - self.frontier}
+        if self.stopped is not None:
+            out["stopped"] = self.stopped
+        if self.horizon is not None:
+            out["horizon"] = self.horizon
+        return out
+
     def finish(self) -> Explored:
         """Gather the partitions' states and rows into one :class:`Explored` (the reducer's input)."""
         t1 = time.perf_counter()
@@ -603,7 +627,7 @@ class _RayRun:
             self.blocks = []
             del results
         out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "policy_calls": self.policy_calls,
-                          "restarts": self.restarts, "place_s": self.absorb_s})
+                          "restarts": self.restarts, "place_s": self.absorb_s, **self.frontier_stats()})
         out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(stats, self.info, strict=True)]
         self.split(out)
         out.stats["gather_s"] = time.perf_counter() - t1

@@ -1,0 +1,147 @@
+"""Bounds from a partial model (distmc.check.partial): sound against full runs, nested, the same for any driver.
+
+Every case compares with the full run's value of the same property (Storm's check of the whole induced model):
+it must lie in the partial run's ``[lo, hi]`` (to the checker's own 1e-9), and doubling the state budget must
+give an interval inside the last one. The horizon cut must give the full run's value to 1e-12.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from distmc.api import Report, verify
+from distmc.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "distmc" / "examples"
+EXAMPLE = EXAMPLES / "gridworld.prism"
+POLICY = dict(policy=str(EXAMPLES / "gridworld_policy.pt"), interface=str(EXAMPLES / "gridworld_policy.json"))
+TOL = 1e-9
+
+#: One property of every form the bounds cover (gridworld: labels "crash", "goal"; action rewards "steps").
+PROPS = [
+    'P=? [F "crash"]',
+    'P=? [!"crash" U "goal"]',
+    'P=? [F<=12 "goal"]',
+    'P=? [!"crash" U<=9 "goal"]',
+    'P=? [G !"crash"]',
+    'R{"steps"}=? [F "goal" | "crash"]',
+    'R{"steps"}=? [C<=15]',
+]
+
+
+def _bounds(r: Report) -> tuple[float, float]:
+    b = r.bounds
+    assert isinstance(b, list)
+    return float(b[0]), float(b[1])
+
+
+def _inside(v: float, lo: float, hi: float) -> bool:
+    return lo - TOL <= v <= hi + TOL
+
+
+@pytest.fixture(scope="module")
+def full() -> dict[str, float]:
+    return {p: float(verify(EXAMPLE, p, constants="N=5", **POLICY).result) for p in PROPS}  # type: ignore[union-attr,arg-type]
+
+
+@pytest.mark.parametrize("prop", PROPS)
+def test_bounds_contain_the_full_value_and_nest(full: dict[str, float], prop: str) -> None:
+    last = (-math.inf, math.inf)
+    widths = []
+    for budget in (40, 80, 160, 320):
+        r = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=budget)
+        assert isinstance(r, Report)
+        lo, hi = _bounds(r)
+        assert r.partial and r.frontier is not None and r.frontier["frontier_states"] > 0
+        assert r.frontier["explored_states"] + r.frontier["frontier_states"] == r.states
+        assert _inside(full[prop], lo, hi), (budget, lo, hi, full[prop])
+        assert last[0] - TOL <= lo and hi <= last[1] + TOL, (budget, last, (lo, hi))  # nested
+        last = (lo, hi)
+        widths.append(hi - lo)
+    assert math.isinf(widths[-1]) or widths[-1] < widths[0]  # more states, a narrower interval
+
+
+@pytest.mark.parametrize("prop", ['P=? [F "crash"]', 'P=? [F<=12 "goal"]', 'R{"steps"}=? [C<=15]',
+                                  'R{"steps"}=? [F "goal" | "crash"]'])
+def test_native_and_storm_give_the_same_bounds(prop: str) -> None:
+    a = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=120, checker="storm")
+    b = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=120, checker="native")
+    assert isinstance(a, Report) and isinstance(b, Report) and b.checker == "native"
+    for x, y in zip(_bounds(a), _bounds(b), strict=True):
+        assert x == y or abs(x - y) <= 4e-12
+
+
+def test_reward_to_a_target_has_no_upper_bound_and_says_so() -> None:
+    r = verify(EXAMPLE, 'R{"steps"}=? [F "goal" | "crash"]', constants="N=5", **POLICY, max_states=100)
+    assert isinstance(r, Report) and math.isinf(_bounds(r)[1])
+    assert "not bounded" in str(r.results[0]["not_bounded"]) or "infinite" in str(r.results[0]["not_bounded"])
+
+
+def test_monolithic_mdp_bounds_min_and_max(storm_files: Path) -> None:
+    model = storm_files / "mdp" / "coin2-2.nm"
+    prop = 'P=? [F "finished"]'
+    exact = verify(model, prop)
+    part = verify(model, prop, max_states=40, mode="monolithic")
+    assert isinstance(exact, Report) and isinstance(part, Report) and part.partial
+    assert isinstance(part.bounds, dict) and isinstance(exact.result, dict)
+    for d in ("min", "max"):
+        lo, hi = part.bounds[d]
+        assert _inside(exact.result[d], lo, hi)
+
+
+def test_threshold_decided_and_undecided(full: dict[str, float]) -> None:
+    decided = verify(EXAMPLE, 'P>=0.001 [F "crash"]', constants="N=5", **POLICY, max_states=320)
+    assert isinstance(decided, Report) and decided.partial
+    lo, hi = _bounds(decided)
+    assert lo >= 0.001 and decided.truth is True and decided.results[0]["decided"] is True
+    assert full['P=? [F "crash"]'] >= 0.001  # what the full run says too
+    undecided = verify(EXAMPLE, 'P<=0.5 [F "crash"]', constants="N=5", **POLICY, max_states=160)
+    assert isinstance(undecided, Report)
+    lo, hi = _bounds(undecided)
+    assert lo <= 0.5 < hi and undecided.truth is None and undecided.results[0]["truth"] == "undecided"
+
+
+def test_horizon_cut_is_exact() -> None:
+    for prop in ('P=? [F<=6 "crash"]', 'P=? [!"goal" U<=7 "crash"]', 'R{"steps"}=? [C<=5]'):
+        whole = verify(EXAMPLE, prop, constants="N=6", **POLICY)
+        cut = verify(EXAMPLE, prop, constants="N=6", **POLICY, horizon_cut=True)
+        assert isinstance(whole, Report) and isinstance(cut, Report)
+        assert not cut.partial and cut.frontier is not None and cut.states < whole.states
+        assert abs(float(cut.result) - float(whole.result)) <= 1e-12, prop  # type: ignore[arg-type]
+    # several properties: the deepest bound decides, and each is exact
+    both = verify(EXAMPLE, 'P=? [F<=3 "crash"]; P=? [F<=6 "crash"]', constants="N=6", **POLICY, horizon_cut=True)
+    assert isinstance(both, Report) and both.frontier is not None and both.frontier["horizon"] == 6
+    for entry, k in zip(both.results, (3, 6), strict=True):
+        one = verify(EXAMPLE, f'P=? [F<={k} "crash"]', constants="N=6", **POLICY)
+        assert abs(float(entry["value"]) - float(one.result)) <= 1e-12  # type: ignore[arg-type,union-attr]
+    # an unbounded property: no cut
+    plain = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", **POLICY, horizon_cut=True)
+    assert isinstance(plain, Report) and plain.frontier is None
+
+
+def test_cli_exits_0_with_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    assert main(["run", "example", "--const", "N=5", "--policy", "example", "--prop", 'P=? [F "crash"]',
+                 "--max-states", "100", "--json", str(out), "--quiet"]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["partial"] is True and rep["frontier"]["frontier_states"] > 0
+    assert 0.0 <= rep["frontier"]["frontier_probability"] <= 1.0
+    assert rep["results"][0]["partial"] is True and len(rep["bounds"]) == 2
+    text = capsys.readouterr().out
+    assert "in [" in text and "partial model" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_ray_gives_the_in_process_bounds(local_ray: None, full: dict[str, float], workers: int) -> None:
+    for prop in ('P=? [F "crash"]', 'P=? [F<=12 "goal"]', 'R{"steps"}=? [C<=15]'):
+        here = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=160)
+        there = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=160, workers=workers, driver="ray")
+        assert isinstance(here, Report) and isinstance(there, Report) and there.partial
+        assert there.frontier == here.frontier
+        assert _bounds(there) == pytest.approx(_bounds(here), abs=1e-12)
+        assert _inside(full[prop], *_bounds(there))
