@@ -356,23 +356,33 @@ class _Run:
         reached); without ``width``, after one round of ``max_states`` states.
         """
         from distmc.explore.limits import Interrupt, LimitCheck
-        from distmc.explore.priority import PriorityExplorer
+        from distmc.explore.priority import PRIORITY_CHECKPOINT, PriorityExplorer
 
         o, parts, clock = self.opts, self.parts, self.clock
         horizon = horizon_of(parts.props.specs) if o.horizon_cut else None
         order = o.order or ("bfs" if horizon is not None else "mass")
         assert parts.expander is not None
         clock.start("exploring", f"in-process, {order} first")
-        explorer = PriorityExplorer(parts.expander, parts.codec.pack(parts.model.initial_states), order)
+        saved = None if self.ckpt is None else self.ckpt.directory / PRIORITY_CHECKPOINT
+        if saved is not None and saved.is_file():  # --resume: go on from what the last run explored
+            explorer = PriorityExplorer.load(saved, parts.expander)
+            if o.order is not None and explorer.order != o.order:
+                raise DistmcError(f"--resume: the checkpointed run explored in {explorer.order} order, not {o.order}")
+            order = explorer.order
+        else:
+            explorer = PriorityExplorer(parts.expander, parts.codec.pack(parts.model.initial_states), order)
         cap = o.max_states if o.max_states is not None else (None if o.width is not None else 2**62)
         budget = FIRST_ROUND_STATES if o.width is not None else int(cap)  # type: ignore[arg-type]
         if cap is not None:
             budget = min(budget, cap)
+        budget = max(budget, explorer.n_states - 1)  # resumed: check what is there before exploring further
         check = LimitCheck(Limits(None, self.limits.max_memory, self.limits.timeout))
         rounds: list[dict[str, Any]] = []
         while True:
             with Interrupt() as interrupt:
                 why = explorer.grow(budget, check, lambda: interrupt.why, horizon)
+            if saved is not None:
+                explorer.save(saved)
             explored = explorer.snapshot()
             capped = cap is not None and budget >= cap and explorer.n_states > budget
             if why is None and explorer.n_states > budget:
@@ -410,8 +420,8 @@ class _Run:
             used = _choose_ray_checker(self.checker, self.limits, rows, self.parts.spec, kind, self.opts.workers,
                                        sum(int(w.get("rss", 0)) for w in rows.worker_stats))
             if "expanded" in rows.stats:  # a partial model (or a horizon cut): its frontier is closed here
-                log.warning("exploration stopped before the fixpoint: the explored part is gathered into this process "
-                            "and checked there (the distributed checker does not bound a partial model)")
+                log.info("exploration stopped before the fixpoint: the explored part is gathered into this process "
+                         "and checked there (the distributed checker does not bound a partial model)")
                 used = "gather"
             if used == "distributed":
                 report = self.check_distributed(rows)

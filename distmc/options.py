@@ -219,9 +219,10 @@ class VerifyOptions:
             raise DistmcError(f"--order must be mass or bfs, not '{self.order}'")
         if self.width is not None and not (0.0 <= self.width < float("inf")):
             raise DistmcError(f"--width must be a non-negative number, not {self.width}")
-        if (self.width is not None or self.order is not None) and self.run_driver != "local":
-            raise DistmcError("--width and --order explore in this process: use --driver local (one worker, no "
-                              "checkpoint); the Ray driver explores breadth-first, and bounds a run a limit stops")
+        if (self.width is not None or self.order is not None) and (self.run_driver != "local" or self.workers > 1
+                                                                    or self.address is not None):
+            raise DistmcError("--width and --order explore in this process (one worker, --driver local); the Ray "
+                              "driver explores breadth-first, and bounds a run that a limit stops")
         if self.order == "mass" and self.horizon_cut:
             raise DistmcError("--horizon-cut needs the breadth-first order (a state's depth is known when it is "
                               "expanded): use --order bfs")
@@ -283,6 +284,8 @@ class VerifyOptions:
         """``driver``, or its default: local for one worker with nothing that needs Ray, else ray."""
         if self.driver is not None:
             return self.driver
+        if self.width is not None or self.order is not None:  # rounds in this process (checkpoints too)
+            return "local"
         local = (self.workers == 1 and self.address is None and self.resume is None and self.checkpoint_dir is None
                  and not self.policy_servers and self.checker != "distributed")
         return "local" if local else "ray"

@@ -9,7 +9,8 @@ a trained policy's few likely states are expanded before the tail, and the width
 :class:`PriorityExplorer` keeps what it explored between rounds: :meth:`PriorityExplorer.grow` expands further
 until a number of states have been found, :meth:`PriorityExplorer.snapshot` copies out the explored part with
 its frontier closed (one self-loop row each; :func:`distmc.check.partial.close_frontier`) for the check, and the
-next round goes on from where the last stopped. Each batch takes the ``batch_states`` frontier states of highest
+next round goes on from where the last stopped; :meth:`PriorityExplorer.save` writes it to a checkpoint
+(``--checkpoint-dir``), which ``--resume`` continues to a smaller ``--width`` without exploring again. Each batch takes the ``batch_states`` frontier states of highest
 rank (mass, ties by the smaller id; or depth, ties by id, which is breadth-first order), so the explored set
 depends only on the model, the policy, the order and the budget.
 
@@ -20,7 +21,9 @@ breadth-first order only.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -29,9 +32,12 @@ from distmc.explore.limits import LimitCheck
 from distmc.explore.partition import Explored
 from distmc.explore.visited import VisitedSet
 
-__all__ = ["ORDERS", "PriorityExplorer"]
+__all__ = ["ORDERS", "PRIORITY_CHECKPOINT", "PriorityExplorer"]
 
 ORDERS = ("mass", "bfs")
+
+#: The file of a checkpointed ``--width`` run in its ``--checkpoint-dir`` (:meth:`PriorityExplorer.save`).
+PRIORITY_CHECKPOINT = "priority.npz"
 
 _UNSEEN_DEPTH = np.iinfo(np.int64).max
 
@@ -163,4 +169,40 @@ class PriorityExplorer:
         reached = self.depth[:n][self.depth[:n] != _UNSEEN_DEPTH]
         out.stats.update({"depth": int(reached.max(initial=0)), "policy_states": self.policy_states,
                           "policy_calls": calls, "policy_s": seconds, "expanded": self.n_expanded})
+        return out
+
+    # -- checkpoint -------------------------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write what was explored to ``path`` (``.npz``, replaced atomically): a resumed run goes on from it."""
+        n = self.n_states
+        names = list(self.rows[0][5]) if self.rows else []
+        cat = [np.concatenate([r[i] for r in self.rows]) if self.rows else np.zeros(0) for i in range(5)]
+        arrays = {"keys": self.keys[:n], "mass": self.mass[:n], "depth": self.depth[:n],
+                  "expanded": self.expanded[:n], "loop": self.loop[:n], "deadlock": self.deadlock[:n],
+                  "initial": self.initial, "src": cat[0], "action": cat[1], "counts": cat[2], "targets": cat[3],
+                  "prob": cat[4], **{f"reward:{k}": np.concatenate([r[5][k] for r in self.rows]) for k in names},
+                  "counters": np.array([self.n_expanded, self.transitions, self.policy_states], dtype=np.int64),
+                  "order": np.array(self.order)}
+        p = Path(path)
+        tmp = p.with_name(p.name + ".tmp.npz")
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
+        os.replace(tmp, p)
+
+    @classmethod
+    def load(cls, path: str | Path, expander: Expander, batch_states: int = 20_000) -> PriorityExplorer:
+        """The explorer :meth:`save` wrote, ready to grow further."""
+        with np.load(path) as z:
+            d = {k: z[k] for k in z.files}
+        out = cls(expander, d["keys"][:0], str(d["order"]), batch_states)
+        out._insert(d["keys"])  # every key is new: ids 0 .. n-1 in the saved order
+        n = d["keys"].shape[0]
+        for name in ("mass", "depth", "expanded", "loop", "deadlock"):
+            getattr(out, name)[:n] = d[name]
+        out.initial = d["initial"]
+        names = [k.split(":", 1)[1] for k in d if k.startswith("reward:")]
+        if d["src"].shape[0]:
+            out.rows = [(d["src"].astype(np.int64), d["action"].astype(np.int64), d["counts"].astype(np.int64),
+                         d["targets"].astype(np.int64), d["prob"], {k: d[f"reward:{k}"] for k in names})]
+        out.n_expanded, out.transitions, out.policy_states = (int(x) for x in d["counters"])
         return out
