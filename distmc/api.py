@@ -296,6 +296,7 @@ class _Run:
         if o.resume is None and (model_path is None or prop is None):
             raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
         prec = Precision.from_options(o.precision, o.precision_abs, o.exact, o.sound_mdp)
+        o.check_rounds()
         limits = Limits(o.max_states, parse_memory(o.max_memory), parse_duration(o.timeout))
         clock = PhaseClock(o.phases)
         clock.start("parsing")
@@ -326,7 +327,9 @@ class _Run:
             raise DistmcError("--traces and --plot work on the model gathered to this process: use --checker auto, "
                               "storm or native with them (--values alone works with --checker distributed: each "
                               "worker writes its part of the table)")
+        cut = o.horizon_cut and horizon_of(specs) is not None  # the frontier's self-loops are added here
         run.rows_stay = (run.driver == "ray" and checker in ("auto", "distributed") and o.export_path is None
+                         and not cut
                          and not o.keep_model and (not explain.active or run.values_on_workers) and len(specs) == 1
                          and not o.exact and not prec.relative)
         return run
@@ -375,12 +378,13 @@ class _Run:
         budget = FIRST_ROUND_STATES if o.width is not None else int(cap)  # type: ignore[arg-type]
         if cap is not None:
             budget = min(budget, cap)
-        budget = max(budget, explorer.n_states - 1)  # resumed: check what is there before exploring further
+        budget = max(budget, explorer.budget)  # resumed: the last round's budget again (checks what is there)
         check = LimitCheck(Limits(None, self.limits.max_memory, self.limits.timeout))
         rounds: list[dict[str, Any]] = []
         while True:
             with Interrupt() as interrupt:
                 why = explorer.grow(budget, check, lambda: interrupt.why, horizon)
+            explorer.budget = budget
             if saved is not None:
                 explorer.save(saved)
             explored = explorer.snapshot()

@@ -219,10 +219,6 @@ class VerifyOptions:
             raise DistmcError(f"--order must be mass or bfs, not '{self.order}'")
         if self.width is not None and not (0.0 <= self.width < float("inf")):
             raise DistmcError(f"--width must be a non-negative number, not {self.width}")
-        if (self.width is not None or self.order is not None) and (self.run_driver != "local" or self.workers > 1
-                                                                    or self.address is not None):
-            raise DistmcError("--width and --order explore in this process (one worker, --driver local); the Ray "
-                              "driver explores breadth-first, and bounds a run that a limit stops")
         if self.order == "mass" and self.horizon_cut:
             raise DistmcError("--horizon-cut needs the breadth-first order (a state's depth is known when it is "
                               "expanded): use --order bfs")
@@ -270,6 +266,13 @@ class VerifyOptions:
         if self.checker == "distributed":
             raise DistmcError("--checker distributed checks on the Ray workers: use --driver ray (or leave --driver "
                               "out)")
+
+    def check_rounds(self) -> None:
+        """``--width`` and ``--order`` explore in this process: not with the Ray driver (checked when a run starts)."""
+        if (self.width is not None or self.order is not None) and (self.run_driver != "local" or self.workers > 1
+                                                                    or self.address is not None):
+            raise DistmcError("--width and --order explore in this process (one worker, --driver local); the Ray "
+                              "driver explores breadth-first, and bounds a run that a limit stops")
 
     def check_distributed(self, checker: str) -> None:
         """What ``checker`` (this run's, or the checkpoint's after ``--resume``) cannot do with these outputs."""

@@ -61,6 +61,7 @@ class PriorityExplorer:
         # per batch: (source ids [R], actions [R], branches per row [R], target ids [T], prob [T], rewards {[R]})
         self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
         self.n_expanded = self.transitions = self.policy_states = 0
+        self.budget = 0  # the last round's budget of states (a resumed run starts from it)
         ids = self._insert(initial_keys)
         self.initial = np.unique(ids)
         self.mass[self.initial] = 1.0
@@ -182,7 +183,8 @@ class PriorityExplorer:
                   "expanded": self.expanded[:n], "loop": self.loop[:n], "deadlock": self.deadlock[:n],
                   "initial": self.initial, "src": cat[0], "action": cat[1], "counts": cat[2], "targets": cat[3],
                   "prob": cat[4], **{f"reward:{k}": np.concatenate([r[5][k] for r in self.rows]) for k in names},
-                  "counters": np.array([self.n_expanded, self.transitions, self.policy_states], dtype=np.int64),
+                  "counters": np.array([self.n_expanded, self.transitions, self.policy_states, self.budget],
+                                       dtype=np.int64),
                   "order": np.array(self.order)}
         p = Path(path)
         tmp = p.with_name(p.name + ".tmp.npz")
@@ -204,5 +206,5 @@ class PriorityExplorer:
         if d["src"].shape[0]:
             out.rows = [(d["src"].astype(np.int64), d["action"].astype(np.int64), d["counts"].astype(np.int64),
                          d["targets"].astype(np.int64), d["prob"], {k: d[f"reward:{k}"] for k in names})]
-        out.n_expanded, out.transitions, out.policy_states = (int(x) for x in d["counters"])
+        out.n_expanded, out.transitions, out.policy_states, out.budget = (int(x) for x in d["counters"])
         return out
