@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -423,10 +424,10 @@ class _Run:
             kind = "mdp" if self.parts.force_mdp else "dtmc"  # a policy-induced model with several rows fails later
             used = _choose_ray_checker(self.checker, self.limits, rows, self.parts.spec, kind, self.opts.workers,
                                        sum(int(w.get("rss", 0)) for w in rows.worker_stats))
-            if "expanded" in rows.stats:  # a partial model (or a horizon cut): its frontier is closed here
-                log.info("exploration stopped before the fixpoint: the explored part is gathered into this process "
-                         "and checked there (the distributed checker does not bound a partial model)")
-                used = "gather"
+            if "stopped" in rows.stats and used == "distributed":  # a partial model: bounds on the workers
+                report = self.check_distributed_partial(rows)
+                ok = True
+                return report
             if used == "distributed":
                 report = self.check_distributed(rows)
                 ok = True
@@ -459,6 +460,31 @@ class _Run:
             results=[entry], states=rows.n_states, transitions=rows.n_transitions, induced="dtmc",
             choices=rows.n_states, initial_states=rows.n_initial, checker="distributed",
             riskiest_states=self.explain.at_risk, **self.common(rows.stats, rows.worker_stats, timings))
+
+    def check_distributed_partial(self, rows: RayRows) -> Report:
+        """Bounds of the property from a partial model on the workers that hold its rows (no process holds it)."""
+        from distmc.check.partial import combine_sides
+
+        spec = self.parts.spec
+        self.clock.start("checking", "distributed, on the Ray workers: bounds from the explored part")
+        out = rows.check(self.prec.eps, progress=self.opts.progress, partial=True)
+        timings = self.clock.stop()
+        timings["assemble_s"] += float(out["build_s"])
+        timings["check_s"] -= float(out["build_s"])
+        res = dataclasses.replace(combine_sides(spec, out, "distributed", out["note"]), check_s=timings["check_s"])
+        entry = partial_entry(spec, res, out["note"])
+        reach = out["reach"]
+        first = rows.n_states - rows.run.frontier
+        return Report(
+            result=res.value, bounds=entry["bounds"], truth=res.truth,  # type: ignore[arg-type]
+            results=[entry], states=rows.n_states, transitions=rows.n_transitions, induced="dtmc",
+            choices=rows.n_states, initial_states=rows.n_initial, checker="distributed", partial=True,
+            frontier={"reason": str(rows.stats["stopped"]), "explored_states": first,
+                      "frontier_states": rows.n_states - first,
+                      "frontier_probability": float(reach[0]) if reach.shape[0] == 1 else
+                      {"min": float(reach.min()), "max": float(reach.max())},
+                      "horizon": rows.stats.get("horizon")},
+            **self.common(rows.stats, rows.worker_stats, timings))
 
     def check_gathered(self, explored: Explored) -> tuple[Report, InducedModel]:
         """Assemble the induced model in this process and check every property (Storm, native or exact)."""

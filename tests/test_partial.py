@@ -191,3 +191,22 @@ def test_resume_to_a_smaller_width_goes_on_from_the_checkpoint(tmp_path: Path) -
     straight = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=8", **POLICY, width=1e-6)
     assert isinstance(straight, Report) and straight.states == again.states  # the same explored set
     assert _bounds(straight) == pytest.approx(_bounds(again), abs=2e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_distributed_checker_bounds_the_partial_model_on_the_workers(local_ray: None, full: dict[str, float],
+                                                                   workers: int) -> None:
+    for prop in ('P=? [F "crash"]', 'P=? [!"crash" U "goal"]', 'P=? [F<=12 "goal"]', 'R{"steps"}=? [C<=15]',
+                 'R{"steps"}=? [F "goal" | "crash"]'):
+        here = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=160, checker="native")
+        there = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=160, workers=workers,
+                       checker="distributed")
+        assert isinstance(here, Report) and isinstance(there, Report)
+        assert there.partial and there.checker == "distributed"
+        assert there.frontier is not None and here.frontier is not None
+        assert there.frontier["frontier_states"] == here.frontier["frontier_states"]
+        assert there.frontier["frontier_probability"] == pytest.approx(here.frontier["frontier_probability"],
+                                                                       abs=1e-11)
+        assert _bounds(there) == pytest.approx(_bounds(here), abs=1e-11), prop
+        assert _inside(full[prop], *_bounds(there))

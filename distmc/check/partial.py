@@ -368,6 +368,8 @@ def _combine(spec: PropertySpec, lo: CheckResult, hi: CheckResult, checker: str,
         bounds = (float(lo_end), float(hi_end))
         value = _mid(*bounds)
         pick = bounds
+    if spec.operator == "P":  # a step-bounded check's rounding can leave [0, 1] by an ulp or two
+        bounds = {k: _clip(v) for k, v in bounds.items()} if isinstance(bounds, dict) else _clip(bounds)
     truth: Any = None
     decided = None
     if spec.threshold is not None:
@@ -376,6 +378,10 @@ def _combine(spec: PropertySpec, lo: CheckResult, hi: CheckResult, checker: str,
         truth = t_lo if decided else None
     return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, method="partial", checker=checker,
                        check_s=lo.check_s + hi.check_s)
+
+
+def _clip(b: tuple[float, float]) -> tuple[float, float]:
+    return (min(max(b[0], 0.0), 1.0), min(max(b[1], 0.0), 1.0))
 
 
 def _mid(a: float, b: float) -> float:
@@ -454,3 +460,53 @@ def partial_entry(spec: PropertySpec, res: CheckResult, note: str | None) -> dic
     if note is not None:
         entry["not_bounded"] = note
     return entry
+
+
+def partial_values(engine: Any, part: Any, spec: PropertySpec, frontier: np.ndarray, model: Model, nvars: int,
+                   precision: float, max_iterations: int) -> tuple[dict[str, np.ndarray], str | None]:
+    """Both sides of ``spec`` and the probability of reaching the frontier, on one worker's part (collective).
+
+    ``part`` is a :class:`~distmc.check.distributed.WorkerPart` (or any labelled model the ``engine`` runs on),
+    ``frontier`` ``[n]`` its own frontier states. Every worker runs the same sequence of collective operations (the
+    sides depend on the property only). Returns ``lo_value``, ``lo_lower``, ``lo_upper``, ``hi_...`` and ``reach``
+    ``[n]`` each, and what is not bounded (None: nothing).
+    """
+    from distmc.check.native import values_of
+
+    bounds = step_reward_bounds(model, spec.reward_name, nvars) if spec.is_reward else None
+    lo, hi, note = plan_sides(spec, part, frontier, bounds)
+    out: dict[str, np.ndarray] = {}
+    for tag, side in (("lo", lo), ("hi", hi)):
+        if side.fixed is not None:
+            fixed = np.full(part.n_states, side.fixed)
+            out.update({f"{tag}_value": fixed, f"{tag}_lower": fixed, f"{tag}_upper": fixed})
+            continue
+        labels, rewards = dict(part.labels), dict(part.rewards)
+        part.labels = {**labels, **side.labels}
+        part.rewards = {k: (side.state_rewards.get(k, s), a) for k, (s, a) in rewards.items()}
+        try:
+            v, lower, upper = values_of(engine, part, spec, precision, max_iterations)
+        finally:
+            part.labels, part.rewards = labels, rewards
+        out.update({f"{tag}_value": v, f"{tag}_lower": lower, f"{tag}_upper": upper})
+    formula = stormpy.parse_properties(f'P=? [F "{FRONTIER_LABEL}"]')[0].get_raw_formula()
+    reach_spec = PropertySpec(text=str(formula), formula=formula, quantitative=formula.clone(), solution="sound")
+    labels = part.labels
+    part.labels = {**labels, FRONTIER_LABEL: frontier}
+    try:
+        out["reach"] = values_of(engine, part, reach_spec, precision, max_iterations)[0]
+    finally:
+        part.labels = labels
+    return out, note
+
+
+def combine_sides(spec: PropertySpec, at_initial: dict[str, np.ndarray], checker: str,
+                  note: str | None) -> CheckResult:
+    """One answer from both sides' values at the initial states ``[I]`` (as :func:`partial_values` names them)."""
+    from distmc.check.result import summarise
+
+    sides = []
+    for tag in ("lo", "hi"):
+        value, bounds = summarise(at_initial[f"{tag}_value"], at_initial[f"{tag}_lower"], at_initial[f"{tag}_upper"])
+        sides.append(CheckResult(value=value, bounds=bounds, method="partial"))
+    return _combine(spec, sides[0], sides[1], checker, note)

@@ -32,10 +32,11 @@ log = logging.getLogger("distmc.ray")
 START_TIMEOUT_S = 300
 
 def _combine(results: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    """The workers' values at their initial states, in global-id order."""
+    """The workers' values at their initial states, in global-id order (every array they return)."""
     gids = np.concatenate([r["gids"] for r in results])
     order = np.argsort(gids, kind="stable")
-    return {k: np.concatenate([r[k] for r in results])[order] for k in ("value", "lower", "upper")}
+    keys = [k for k, v in results[0].items() if isinstance(v, np.ndarray) and k != "gids"]
+    return {k: np.concatenate([r[k] for r in results])[order] for k in keys}
 
 
 class RayRows:
@@ -67,15 +68,18 @@ class RayRows:
 
     def check(self, precision: float, max_iterations: int = 1_000_000,
               progress: Callable[[dict[str, Any]], None] | None = None,
-              values_dir: str | None = None) -> dict[str, Any]:
+              values_dir: str | None = None, partial: bool = False) -> dict[str, Any]:
         """Check the job's property on the actors (:mod:`distmc.check.distributed`).
 
         Returns ``value``, ``lower``, ``upper`` (``[I]`` at the initial states, by global id) and the time split
         ``build_s`` (the workers' parts and the exchange plan) and ``check_s``. ``values_dir``: every worker also
         writes the value of each of its states there (``part-R.parquet``, :mod:`distmc.explain.values`), and
-        ``at_risk`` lists the states most at risk over all workers.
+        ``at_risk`` lists the states most at risk over all workers. ``partial``: the exploration stopped before the
+        fixpoint; the frontier's states get self-loops and both sides of the bounds are checked
+        (:func:`distmc.check.partial.partial_values`: ``lo_value``, ..., ``hi_upper``, ``reach``, ``note``).
         """
-        out = self.run.check_on_workers(precision, max_iterations, progress, values_dir)
+        out = self.run.check_on_workers(precision, max_iterations, progress, values_dir,
+                                        self.n_states - self.run.frontier if partial else None)
         self.worker_stats = out.pop("worker_stats")
         # the transitions of the merged rows (the levels count them before duplicates are added up)
         self.n_transitions = int(sum(ws["check_transitions"] for ws in self.worker_stats))
@@ -541,19 +545,25 @@ class _RayRun:
 
     def check_on_workers(self, precision: float, max_iterations: int,
                          progress: Callable[[dict[str, Any]], None] | None,
-                         values_dir: str | None = None) -> dict[str, Any]:
-        """The distributed check on the actors (see :meth:`RayRows.check`)."""
+                         values_dir: str | None = None, partial_first: int | None = None) -> dict[str, Any]:
+        """The distributed check on the actors (see :meth:`RayRows.check`).
+
+        ``partial_first``: the first id not expanded (a partial model: both sides of the bounds).
+        """
         ray, actors, w = self.ray, self.actors, self.workers
         t0 = time.perf_counter()
         self.checking = True
         try:
+            if partial_first is not None:
+                self.get([a.close_frontier.remote(partial_first) for a in actors])
             plans = [a.check_plan.options(num_returns=w).remote(self.n_initial, self.n) for a in actors]
             plans = [p if isinstance(p, list) else [p] for p in plans]
             self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)]) for o, a in enumerate(actors)])
             del plans
             t1 = time.perf_counter()
             values = None if values_dir is None else (values_dir, np.asarray(self.level_starts, dtype=np.int64))
-            refs = [a.check_run.remote(precision, max_iterations, values) for a in actors]
+            refs = ([a.check_run.remote(precision, max_iterations, values) for a in actors] if partial_first is None
+                    else [a.check_run_partial.remote(precision, max_iterations, partial_first) for a in actors])
             pending = list(refs)
             while pending:
                 done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
@@ -580,6 +590,8 @@ class _RayRun:
             raise
         t2 = time.perf_counter()
         out: dict[str, Any] = dict(_combine(results))
+        if partial_first is not None:
+            out["note"] = results[0]["note"]
         if values_dir is not None:  # the workers' candidates, ranked again: highest value, then smaller global id
             cands = sorted((c for r in results for c in r["at_risk"]), key=lambda c: (-c["value"], c["gid"]))
             out["at_risk"] = [{k: v for k, v in c.items() if k != "gid"} for c in cands[:RISKIEST]]
