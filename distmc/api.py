@@ -328,9 +328,7 @@ class _Run:
             raise DistmcError("--traces and --plot work on the model gathered to this process: use --checker auto, "
                               "storm or native with them (--values alone works with --checker distributed: each "
                               "worker writes its part of the table)")
-        cut = o.horizon_cut and horizon_of(specs) is not None  # the frontier's self-loops are added here
         run.rows_stay = (run.driver == "ray" and checker in ("auto", "distributed") and o.export_path is None
-                         and not cut
                          and not o.keep_model and (not explain.active or run.values_on_workers) and len(specs) == 1
                          and not o.exact and not prec.relative)
         return run
@@ -459,6 +457,9 @@ class _Run:
             result=res.value, bounds=entry["bounds"],  # type: ignore[arg-type]
             results=[entry], states=rows.n_states, transitions=rows.n_transitions, induced="dtmc",
             choices=rows.n_states, initial_states=rows.n_initial, checker="distributed",
+            frontier=None if not rows.run.frontier else {
+                "reason": f"horizon cut at depth {rows.stats.get('horizon')}", "horizon": rows.stats.get("horizon"),
+                "explored_states": rows.n_states - rows.run.frontier, "frontier_states": rows.run.frontier},
             riskiest_states=self.explain.at_risk, **self.common(rows.stats, rows.worker_stats, timings))
 
     def check_distributed_partial(self, rows: RayRows) -> Report:

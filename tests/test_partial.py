@@ -210,3 +210,15 @@ def test_distributed_checker_bounds_the_partial_model_on_the_workers(local_ray: 
                                                                        abs=1e-11)
         assert _bounds(there) == pytest.approx(_bounds(here), abs=1e-11), prop
         assert _inside(full[prop], *_bounds(there))
+
+
+@pytest.mark.slow
+def test_horizon_cut_on_the_workers_is_exact(local_ray: None) -> None:
+    for prop in ('P=? [F<=6 "crash"]', 'R{"steps"}=? [C<=5]'):
+        whole = verify(EXAMPLE, prop, constants="N=6", **POLICY)
+        for checker in ("distributed", "auto"):
+            cut = verify(EXAMPLE, prop, constants="N=6", **POLICY, horizon_cut=True, workers=2, driver="ray",
+                         checker=checker)
+            assert isinstance(whole, Report) and isinstance(cut, Report) and not cut.partial
+            assert cut.frontier is not None and cut.states < whole.states
+            assert abs(float(cut.result) - float(whole.result)) <= 1e-12, (prop, checker)  # type: ignore[arg-type]

@@ -78,8 +78,8 @@ class RayRows:
         fixpoint; the frontier's states get self-loops and both sides of the bounds are checked
         (:func:`distmc.check.partial.partial_values`: ``lo_value``, ..., ``hi_upper``, ``reach``, ``note``).
         """
-        out = self.run.check_on_workers(precision, max_iterations, progress, values_dir,
-                                        self.n_states - self.run.frontier if partial else None)
+        first = self.n_states - self.run.frontier if self.run.frontier else None  # stopped early, or a horizon cut
+        out = self.run.check_on_workers(precision, max_iterations, progress, values_dir, first, partial)
         self.worker_stats = out.pop("worker_stats")
         # the transitions of the merged rows (the levels count them before duplicates are added up)
         self.n_transitions = int(sum(ws["check_transitions"] for ws in self.worker_stats))
@@ -545,25 +545,27 @@ class _RayRun:
 
     def check_on_workers(self, precision: float, max_iterations: int,
                          progress: Callable[[dict[str, Any]], None] | None,
-                         values_dir: str | None = None, partial_first: int | None = None) -> dict[str, Any]:
+                         values_dir: str | None = None, frontier_first: int | None = None,
+                         partial: bool = False) -> dict[str, Any]:
         """The distributed check on the actors (see :meth:`RayRows.check`).
 
-        ``partial_first``: the first id not expanded (a partial model: both sides of the bounds).
+        ``frontier_first``: the first id not expanded (each of those states gets a self-loop); ``partial``: check
+        both sides of the bounds of a partial model.
         """
         ray, actors, w = self.ray, self.actors, self.workers
         t0 = time.perf_counter()
         self.checking = True
         try:
-            if partial_first is not None:
-                self.get([a.close_frontier.remote(partial_first) for a in actors])
+            if frontier_first is not None:
+                self.get([a.close_frontier.remote(frontier_first) for a in actors])
             plans = [a.check_plan.options(num_returns=w).remote(self.n_initial, self.n) for a in actors]
             plans = [p if isinstance(p, list) else [p] for p in plans]
             self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)]) for o, a in enumerate(actors)])
             del plans
             t1 = time.perf_counter()
             values = None if values_dir is None else (values_dir, np.asarray(self.level_starts, dtype=np.int64))
-            refs = ([a.check_run.remote(precision, max_iterations, values) for a in actors] if partial_first is None
-                    else [a.check_run_partial.remote(precision, max_iterations, partial_first) for a in actors])
+            refs = ([a.check_run_partial.remote(precision, max_iterations, frontier_first) for a in actors]
+                    if partial else [a.check_run.remote(precision, max_iterations, values) for a in actors])
             pending = list(refs)
             while pending:
                 done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
@@ -590,7 +592,7 @@ class _RayRun:
             raise
         t2 = time.perf_counter()
         out: dict[str, Any] = dict(_combine(results))
-        if partial_first is not None:
+        if partial:
             out["note"] = results[0]["note"]
         if values_dir is not None:  # the workers' candidates, ranked again: highest value, then smaller global id
             cands = sorted((c for r in results for c in r["at_risk"]), key=lambda c: (-c["value"], c["gid"]))
