@@ -241,6 +241,8 @@ class _RayRun:
         self.frontier = 0
         self.horizon: int | None = None  # levels 0 .. horizon - 1 only
         self.stopped: str | None = None  # why exploration stopped before the fixpoint (a limit, Ctrl-C)
+        self.level_rss: list[int] = []  # each worker's memory after the last level
+        self.level_t = 0.0  # when the last level ended (time.time())
         # Without a checkpoint the rows come to the driver level by level: each level's are taken from the actors
         # (``taken``: their refs) and placed in global order while the actors run the next level (``blocks``).
         self.stream = checkpoint is None and not rows_stay
@@ -501,6 +503,7 @@ class _RayRun:
             new, stored = self.exchange()
         if self.stream:  # this level's rows, placed during the next level (an actor runs its calls in order)
             self.taken = [a.take.remote() for a in actors]
+        expanded = self.frontier  # this level expanded the last one's new states
         if new:
             self.level_starts.append(self.n)  # the level's new states are ids n, n + 1, ...
         self.depth += 1
@@ -522,8 +525,34 @@ class _RayRun:
         if self.progress is not None:
             self.progress(info)
         if self.frontier:
-            self.stopped = self.check.exceeded(states=self.n, memory=memory)
+            self.stopped = self.check.exceeded(states=self.n, memory=memory) or self.next_level_too_big(stored,
+                                                                                                         expanded)
         return self.frontier == 0
+
+    def next_level_too_big(self, stored: list[dict[str, Any]], expanded: int) -> str | None:
+        """Why the next level would pass ``--max-memory`` or ``--timeout`` (None: it should not).
+
+        The next level expands ``frontier`` states where this one expanded ``expanded``: its growth in each
+        worker's memory and in time is predicted as this level's, scaled by that ratio. Stopping before it keeps
+        the run's explored part whole (a worker that passes its share inside a level ends the run, unchecked).
+        """
+        now = time.time()
+        rss = [int(x["rss"]) for x in stored]
+        prev_rss, prev_t = self.level_rss, self.level_t
+        self.level_rss, self.level_t = rss, now
+        if not prev_rss:  # the first level (of this start): nothing to scale yet
+            return None
+        ratio = self.frontier / max(expanded, 1)
+        lim = self.limits
+        if lim.max_memory is not None and len(prev_rss) == len(rss):
+            share = lim.max_memory / self.workers
+            worst = max(r + max(r - p, 0) * ratio for r, p in zip(rss, prev_rss, strict=True))
+            if worst > share:
+                return (f"passed --max-memory: the next level would need about {worst / 2**20:.0f} MiB in a worker "
+                        f"(its share {share / 2**20:.0f} MiB)")
+        if lim.timeout is not None and now - self.start + (now - prev_t) * ratio > lim.timeout:
+            return f"passed --timeout {lim.timeout:g} s: the next level would end after it"
+        return None
 
     def exchange(self) -> tuple[int, list[dict[str, int]]]:
         """Steps 1-4 of a level (module docstring) on W > 1 actors; the number of new states, and what they stored."""
