@@ -62,6 +62,9 @@ __all__ = ["FRONTIER_LABEL", "Side", "check_partial", "close_frontier", "frontie
 #: The label of the frontier states in the check of the probability of reaching them.
 FRONTIER_LABEL = "__frontier"
 
+#: Absolute precision of the probability of reaching the frontier (a figure of the report, not of the bounds).
+REACH_PRECISION = 1e-6
+
 _BOUNDED_REWARD = re.compile(r"^(C|I)(<=|=)(\d+)$")
 _STRICT = re.compile(r"U<(?!=)")
 _BUILTIN = ("deadlock",)
@@ -394,11 +397,13 @@ def frontier_probability(m: InducedModel, frontier: np.ndarray, storm_model: Any
                          precision: Precision | None = None) -> float | dict[str, float]:
     """The probability of reaching the frontier from the initial state(s) (an MDP: its min and max).
 
-    The native checker on a DTMC (it reads ``m``'s arrays), Storm's model (a label added to it) otherwise.
+    The native checker on a DTMC (it reads ``m``'s arrays), Storm's model (a label added to it) otherwise. It is
+    what the report tells, not part of the bounds: checked to :data:`REACH_PRECISION` (the sound iteration of an
+    unbounded reachability can take long to reach 1e-12 on a large partial model).
     """
     formula = stormpy.parse_properties(f'P=? [F "{FRONTIER_LABEL}"]')[0].get_raw_formula()
     spec = PropertySpec(text=str(formula), formula=formula, quantitative=formula.clone(), solution="sound")
-    p = precision or Precision()
+    p = Precision(max(REACH_PRECISION, (precision or Precision()).eps))
     if m.kind == "dtmc" and storm_model is None:
         res = _native(m, Side(labels={FRONTIER_LABEL: frontier}), spec, p)
         return res.value
@@ -494,7 +499,7 @@ def partial_values(engine: Any, part: Any, spec: PropertySpec, frontier: np.ndar
     labels = part.labels
     part.labels = {**labels, FRONTIER_LABEL: frontier}
     try:
-        out["reach"] = values_of(engine, part, reach_spec, precision, max_iterations)[0]
+        out["reach"] = values_of(engine, part, reach_spec, max(precision, REACH_PRECISION), max_iterations)[0]
     finally:
         part.labels = labels
     return out, note
