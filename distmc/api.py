@@ -482,8 +482,8 @@ class _Run:
             choices=rows.n_states, initial_states=rows.n_initial, checker="distributed", partial=True,
             frontier={"reason": str(rows.stats["stopped"]), "explored_states": first,
                       "frontier_states": rows.n_states - first,
-                      "frontier_probability": float(reach[0]) if reach.shape[0] == 1 else
-                      {"min": float(reach.min()), "max": float(reach.max())},
+                      "frontier_probability": None if np.isnan(reach).any() else float(reach[0])
+                      if reach.shape[0] == 1 else {"min": float(reach.min()), "max": float(reach.max())},
                       "horizon": rows.stats.get("horizon")},
             **self.common(rows.stats, rows.worker_stats, timings))
 
@@ -570,7 +570,7 @@ class _Run:
 
         checked, notes = check_partial(parts.props, induced, checkers, self.prec, storm_model, frontier,
                                        parts.model, len(parts.model.variables), progress=clock.detail)
-        if reach is None:
+        if induced.kind != "dtmc":  # an MDP: Storm's min and max
             reach = frontier_probability(induced, frontier, storm_model(), self.prec)
         timings = clock.stop()
         entries = [partial_entry(sp, r, note) for sp, r, note in zip(specs, checked, notes, strict=True)]

@@ -53,6 +53,7 @@ import stormpy.logic as sl
 from distmc.assemble.reducer import InducedModel
 from distmc.check.properties import PropertySet, PropertySpec
 from distmc.check.result import CheckResult, Precision, decide, result_entry
+from distmc.errors import PropertyError
 from distmc.explore.partition import Explored
 from distmc.model.program import Model
 
@@ -62,8 +63,10 @@ __all__ = ["FRONTIER_LABEL", "Side", "check_partial", "close_frontier", "frontie
 #: The label of the frontier states in the check of the probability of reaching them.
 FRONTIER_LABEL = "__frontier"
 
-#: Absolute precision of the probability of reaching the frontier (a figure of the report, not of the bounds).
+#: Absolute precision of the probability of reaching the frontier (a figure of the report, not of the bounds), and
+#: the most iterations spent on it.
 REACH_PRECISION = 1e-6
+REACH_MAX_ITERATIONS = 5_000
 
 _BOUNDED_REWARD = re.compile(r"^(C|I)(<=|=)(\d+)$")
 _STRICT = re.compile(r"U<(?!=)")
@@ -394,19 +397,26 @@ def _mid(a: float, b: float) -> float:
 
 
 def frontier_probability(m: InducedModel, frontier: np.ndarray, storm_model: Any = None,
-                         precision: Precision | None = None) -> float | dict[str, float]:
+                         precision: Precision | None = None) -> float | dict[str, float] | None:
     """The probability of reaching the frontier from the initial state(s) (an MDP: its min and max).
 
     The native checker on a DTMC (it reads ``m``'s arrays), Storm's model (a label added to it) otherwise. It is
-    what the report tells, not part of the bounds: checked to :data:`REACH_PRECISION` (the sound iteration of an
-    unbounded reachability can take long to reach 1e-12 on a large partial model).
+    what the report tells, not part of the bounds: checked to :data:`REACH_PRECISION` in at most
+    :data:`REACH_MAX_ITERATIONS` steps of the sound iteration (None where that is not enough: a policy that stays
+    long in the explored part without reaching the frontier or an end).
     """
     formula = stormpy.parse_properties(f'P=? [F "{FRONTIER_LABEL}"]')[0].get_raw_formula()
     spec = PropertySpec(text=str(formula), formula=formula, quantitative=formula.clone(), solution="sound")
     p = Precision(max(REACH_PRECISION, (precision or Precision()).eps))
     if m.kind == "dtmc" and storm_model is None:
-        res = _native(m, Side(labels={FRONTIER_LABEL: frontier}), spec, p)
-        return res.value
+        from distmc.check.native import LocalEngine, at_initial, matrix_of, values_of
+
+        labelled = dataclasses.replace(m, labels={**m.labels, FRONTIER_LABEL: frontier})
+        try:
+            vec = values_of(LocalEngine(matrix_of(m)), labelled, spec, p.eps, REACH_MAX_ITERATIONS)[0]
+        except PropertyError:  # not converged: the report says so (None), the bounds do not need it
+            return None
+        return at_initial(vec, m.initial)
     from distmc.check.checker import check
 
     sides = _StormSides(storm_model, m)
@@ -499,7 +509,9 @@ def partial_values(engine: Any, part: Any, spec: PropertySpec, frontier: np.ndar
     labels = part.labels
     part.labels = {**labels, FRONTIER_LABEL: frontier}
     try:
-        out["reach"] = values_of(engine, part, reach_spec, max(precision, REACH_PRECISION), max_iterations)[0]
+        out["reach"] = values_of(engine, part, reach_spec, max(precision, REACH_PRECISION), REACH_MAX_ITERATIONS)[0]
+    except PropertyError:  # not converged on any worker (the gap is global): not reported
+        out["reach"] = np.full(part.n_states, np.nan)
     finally:
         part.labels = labels
     return out, note
