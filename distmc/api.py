@@ -219,7 +219,9 @@ def _frontier_line(frontier: dict[str, object] | None, partial: bool) -> str:
     if frontier is None:
         return ""
     reach = frontier.get("frontier_probability")
-    reached = "" if reach is None else f", reached with probability {result_line_value(reach)}"
+    within = frontier.get("frontier_probability_within")
+    reached = "" if reach is None else (f", reached with probability {result_line_value(reach)}"
+                                        + ("" if within is None else f" within {within} steps"))
     if not partial:
         return (f"\n  horizon cut at depth {frontier['horizon']}: {frontier['frontier_states']} states at the horizon "
                 "not expanded (exact for the step bound)")
@@ -484,6 +486,7 @@ class _Run:
                       "frontier_states": rows.n_states - first,
                       "frontier_probability": None if np.isnan(reach).any() else float(reach[0])
                       if reach.shape[0] == 1 else {"min": float(reach.min()), "max": float(reach.max())},
+                      "frontier_probability_within": horizon_of([spec]),
                       "horizon": rows.stats.get("horizon")},
             **self.common(rows.stats, rows.worker_stats, timings))
 
@@ -558,7 +561,9 @@ class _Run:
         checkers = [_choose_checker(asked, self.limits, induced, s, depth, release=False) for s in specs]
         used = checkers[0] if len(set(checkers)) == 1 else "+".join(dict.fromkeys(checkers))
         clock.start("checking", "bounds from the explored part")
-        reach = frontier_probability(induced, frontier, precision=self.prec) if induced.kind == "dtmc" else None
+        within = horizon_of(specs)
+        reach = (frontier_probability(induced, frontier, precision=self.prec, within=within)
+                 if induced.kind == "dtmc" else None)
         storm_box: list[object] = []
 
         def storm_model() -> object:
@@ -571,7 +576,7 @@ class _Run:
         checked, notes = check_partial(parts.props, induced, checkers, self.prec, storm_model, frontier,
                                        parts.model, len(parts.model.variables), progress=clock.detail)
         if induced.kind != "dtmc":  # an MDP: Storm's min and max
-            reach = frontier_probability(induced, frontier, storm_model(), self.prec)
+            reach = frontier_probability(induced, frontier, storm_model(), self.prec, within)
         timings = clock.stop()
         entries = [partial_entry(sp, r, note) for sp, r, note in zip(specs, checked, notes, strict=True)]
         report = Report(
@@ -580,7 +585,8 @@ class _Run:
             transitions=induced.n_transitions, induced=induced.kind, choices=induced.n_rows,
             initial_states=int(induced.initial.shape[0]), checker=used, partial=True,
             frontier={"reason": reason, "explored_states": first, "frontier_states": induced.n_states - first,
-                      "frontier_probability": reach, "horizon": explored.stats.get("horizon")},
+                      "frontier_probability": reach, "frontier_probability_within": within,
+                      "horizon": explored.stats.get("horizon")},
             **self.common(explored.stats, explored.worker_stats, timings))
         return report, induced
 

@@ -396,17 +396,28 @@ def _mid(a: float, b: float) -> float:
     return (a + b) / 2
 
 
+def _reach_spec(within: int | None) -> PropertySpec:
+    """``P=? [F "__frontier"]``, or ``F<=k`` when every property is decided within ``k`` steps."""
+    bound = "" if within is None else f"<={within}"
+    formula = stormpy.parse_properties(f'P=? [F{bound} "{FRONTIER_LABEL}"]')[0].get_raw_formula()
+    return PropertySpec(text=str(formula), formula=formula, quantitative=formula.clone(),
+                        solution="sound" if within is None else "steps")
+
+
 def frontier_probability(m: InducedModel, frontier: np.ndarray, storm_model: Any = None,
-                         precision: Precision | None = None) -> float | dict[str, float] | None:
+                         precision: Precision | None = None,
+                         within: int | None = None) -> float | dict[str, float] | None:
     """The probability of reaching the frontier from the initial state(s) (an MDP: its min and max).
+
+    ``within``: every property is decided within that many steps (:func:`horizon_of`): the probability of
+    reaching the frontier within them, the part of it that matters (a fixed number of steps, cheap).
 
     The native checker on a DTMC (it reads ``m``'s arrays), Storm's model (a label added to it) otherwise. It is
     what the report tells, not part of the bounds: checked to :data:`REACH_PRECISION` in at most
     :data:`REACH_MAX_ITERATIONS` steps of the sound iteration (None where that is not enough: a policy that stays
     long in the explored part without reaching the frontier or an end).
     """
-    formula = stormpy.parse_properties(f'P=? [F "{FRONTIER_LABEL}"]')[0].get_raw_formula()
-    spec = PropertySpec(text=str(formula), formula=formula, quantitative=formula.clone(), solution="sound")
+    spec = _reach_spec(within)
     p = Precision(max(REACH_PRECISION, (precision or Precision()).eps))
     if m.kind == "dtmc" and storm_model is None:
         from distmc.check.native import LocalEngine, at_initial, matrix_of, values_of
@@ -504,8 +515,7 @@ def partial_values(engine: Any, part: Any, spec: PropertySpec, frontier: np.ndar
         finally:
             part.labels, part.rewards = labels, rewards
         out.update({f"{tag}_value": v, f"{tag}_lower": lower, f"{tag}_upper": upper})
-    formula = stormpy.parse_properties(f'P=? [F "{FRONTIER_LABEL}"]')[0].get_raw_formula()
-    reach_spec = PropertySpec(text=str(formula), formula=formula, quantitative=formula.clone(), solution="sound")
+    reach_spec = _reach_spec(horizon_of([spec]))
     labels = part.labels
     part.labels = {**labels, FRONTIER_LABEL: frontier}
     try:
