@@ -51,7 +51,7 @@ import stormpy
 import stormpy.logic as sl
 
 from distmc.assemble.reducer import InducedModel
-from distmc.check.properties import PropertySet, PropertySpec
+from distmc.check.properties import PropertySet, PropertySpec, _lower_step_bound
 from distmc.check.result import CheckResult, Precision, decide, result_entry
 from distmc.errors import PropertyError
 from distmc.explore.partition import Explored
@@ -243,7 +243,7 @@ def plan_sides(spec: PropertySpec, m: InducedModel, frontier: np.ndarray,
             left = None if isinstance(sub, sl.EventuallyFormula) else sub.left_subformula
             right = sub.subformula if isinstance(sub, sl.EventuallyFormula) else sub.right_subformula
             if _propositional(right) and (left is None or _propositional(left)):
-                if isinstance(sub, sl.BoundedUntilFormula) and _lower_bounded(sub):
+                if isinstance(sub, sl.BoundedUntilFormula) and _lower_step_bound(sub):
                     _force(right, False, frontier, m.labels, lo.labels)
                     _force(left, True, frontier, m.labels, hi.labels)
                     _force(right, True, frontier, m.labels, hi.labels)
@@ -284,14 +284,6 @@ def plan_sides(spec: PropertySpec, m: InducedModel, frontier: np.ndarray,
     probability = isinstance(f, sl.LongRunAverageOperatorFormula)
     return (Side(fixed=0.0 if probability else -math.inf), Side(fixed=1.0 if probability else math.inf),
             "not bounded (long-run averages and expected times are not)")
-
-
-def _lower_bounded(sub: Any) -> bool:
-    if not sub.has_lower_bound:
-        return False
-    text = str(sub)
-    m = re.search(r"U\[([^,\]]+),", text) or re.search(r"U>=?\s*([^\s\[(]+)", text)
-    return m is None or m.group(1).strip() != "0"
 
 
 # -- running the checks ---------------------------------------------------------------------------------------------
