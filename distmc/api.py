@@ -404,7 +404,7 @@ class _Run:
                            "width": width, "bounds": report.bounds, "elapsed_s": round(clock.elapsed(), 3)})
             log.info("round %d: %d states, width %.3g", len(rounds), report.states, width)
             if o.progress is not None:
-                o.progress({"phase": f"round {len(rounds)}: width {width:.3g} at {report.states} states",
+                o.progress({"phase": f"round {len(rounds)}: width {width:.3g} at {report.states} states",  # type: ignore[dict-item]
                             "elapsed_s": clock.elapsed()})
             done = (not report.partial or o.width is None or width <= o.width or capped
                     or (why is not None and not why.startswith("round budget")))

@@ -40,6 +40,7 @@ level ``k``) need not be expanded; with its self-loop and its own labels and rew
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -427,6 +428,12 @@ def frontier_probability(m: InducedModel, frontier: np.ndarray, storm_model: Any
     return check(storm_model, spec, m.kind, m.initial, p).value
 
 
+def _storm_check(storm_model: Any, *, spec: PropertySpec, m: InducedModel, precision: Precision) -> CheckResult:
+    from distmc.check.checker import check
+
+    return check(storm_model, spec, m.kind, m.initial, precision)
+
+
 def check_partial(props: PropertySet, m: InducedModel, checkers: list[str], precision: Precision,
                   storm_model: Callable[[], Any], frontier: np.ndarray, model: Model, nvars: int,
                   progress: Callable[[str], None] | None = None) -> tuple[list[CheckResult], list[str | None]]:
@@ -436,8 +443,6 @@ def check_partial(props: PropertySet, m: InducedModel, checkers: list[str], prec
     Returns each property's combined answer (:func:`_combine`) and what is not bounded of it (None: nothing).
     """
     import time
-
-    from distmc.check.checker import check
 
     with_state_rewards(m)
     plans = []
@@ -460,7 +465,7 @@ def check_partial(props: PropertySet, m: InducedModel, checkers: list[str], prec
                 if storm is None:
                     storm = _StormSides(storm_model(), m)
                     t = time.perf_counter()
-                res = storm.run(side, frontier, lambda sm, s=spec: check(sm, s, m.kind, m.initial, precision))
+                res = storm.run(side, frontier, functools.partial(_storm_check, spec=spec, m=m, precision=precision))
             results.append(dataclasses.replace(res, check_s=time.perf_counter() - t))
             if progress is not None:
                 progress(f"partial model: {'upper' if side is hi else 'lower'} bound of {spec.text}")

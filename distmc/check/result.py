@@ -178,8 +178,11 @@ def result_line(entry: dict[str, object]) -> str:
     value = _value_text(entry["value"], None if entry.get("method") == "exact" else entry.get("bounds"))
     if entry.get("partial"):  # a partial model: the bounds are the answer (distmc.check.partial)
         b = entry["bounds"]
-        value = (f"in [{_fmt(b[0])}, {_fmt(b[1])}]" if isinstance(b, list) else  # type: ignore[index]
-                 "in " + ", ".join(f"{k} [{_fmt(v[0])}, {_fmt(v[1])}]" for k, v in b.items()))  # type: ignore[union-attr]
+        if isinstance(b, dict):
+            value = "in " + ", ".join(f"{k} [{_fmt(v[0])}, {_fmt(v[1])}]" for k, v in b.items())
+        else:
+            pair: list[float] = b  # type: ignore[assignment]
+            value = f"in [{_fmt(pair[0])}, {_fmt(pair[1])}]"
         value += f" (width {_fmt(_width(b))}, partial model" + (f"; {entry['not_bounded']})" if entry.get(
             "not_bounded") else ")")
         if "truth" in entry:
