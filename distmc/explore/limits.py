@@ -177,6 +177,7 @@ class Interrupt:
     def __init__(self) -> None:
         self.why: str | None = None
         self._old: object = None
+        self._installed = False
 
     def _handler(self, signum: int, frame: object) -> None:
         if self.why is not None:
@@ -186,8 +187,10 @@ class Interrupt:
     def __enter__(self) -> Interrupt:
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGINT, self._handler)
+            self._installed = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)  # type: ignore[arg-type]
+        if self._installed:  # a handler installed outside Python reads back as None: Python's default then
+            old = self._old if self._old is not None else signal.default_int_handler
+            signal.signal(signal.SIGINT, old)  # type: ignore[arg-type]
