@@ -222,3 +222,18 @@ def test_horizon_cut_on_the_workers_is_exact(local_ray: None) -> None:
             assert isinstance(whole, Report) and isinstance(cut, Report) and not cut.partial
             assert cut.frontier is not None and cut.states < whole.states
             assert abs(float(cut.result) - float(whole.result)) <= 1e-12, (prop, checker)  # type: ignore[arg-type]
+
+
+def test_ctrl_c_in_process_answers_with_bounds(full: dict[str, float]) -> None:
+    import os
+    import signal
+
+    def progress(info: dict[str, float]) -> None:
+        if info.get("depth") == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: stop exploring at the end of the level
+
+    r = verify(EXAMPLE, 'P=? [F<=12 "goal"]', constants="N=5", **POLICY, progress=progress)
+    assert isinstance(r, Report) and r.partial and r.frontier is not None
+    assert r.frontier["reason"] == "interrupted (Ctrl-C)" and r.depth == 4
+    assert _inside(full['P=? [F<=12 "goal"]'], *_bounds(r))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back after the exploration
