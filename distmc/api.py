@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from distmc._internal.jit import thread_budget
 from distmc._internal.phases import PHASES, PhaseClock
 from distmc.assemble.reducer import InducedModel, assemble
@@ -24,6 +26,7 @@ from distmc.check.dispatch import (
     vector_result,
 )
 from distmc.check.native import LocalEngine, at_initial, matrix_of, unsupported, values_of
+from distmc.check.partial import check_partial, close_frontier, frontier_probability, horizon_of, partial_entry
 from distmc.check.properties import PropertySpec
 from distmc.check.result import TRUTH_FILTERS, CheckResult, Precision, result_entry, result_line
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError, SlowConvergenceError
@@ -201,10 +204,17 @@ class Report:
     # the arithmetic the policy ran in ("float64", or "float32": asked, or a network that cannot run in float64);
     # None without a policy (a dtmc, monolithic mode)
     policy_dtype: str | None = None
+    # a run stopped before the fixpoint: every result is bounds from the explored part (distmc.check.partial)
+    partial: bool = False
+    # the frontier: why exploration stopped, explored and frontier states, the probability of reaching the
+    # frontier; also for a horizon cut (then exact: partial is False); None: explored to the fixpoint
+    frontier: dict[str, object] | None = None
+    # --width / --order: each round's budget, states, explored states, width, bounds and elapsed seconds
+    rounds: list[dict[str, Any]] | None = None
 
     def to_json(self) -> str:
         d = asdict(self)
-        for name in ("traces", "traces_mass", "riskiest_states"):
+        for name in ("traces", "traces_mass", "riskiest_states", "rounds"):
             if d[name] is None:
                 del d[name]
         return json.dumps(d, indent=2)
@@ -225,10 +235,35 @@ class Report:
             f"  time: {_time_line(t)}"
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
             + ("" if self.policy_dtype != "float32" else f"\n  {FLOAT32_NOTE}")
+            + _frontier_line(self.frontier, self.partial)
+            + ("" if not self.rounds else "\n  rounds: " + ", ".join(
+                f"{r['explored_states']} states -> width {r['width']:.3g}" for r in self.rounds))
             + cost
             + "".join(f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states,
                                                                self.result))
         )
+
+
+def _frontier_line(frontier: dict[str, object] | None, partial: bool) -> str:
+    """The summary's line on a model explored in part (a limit) or cut at a horizon; empty for a full one."""
+    if frontier is None:
+        return ""
+    reach = frontier.get("frontier_probability")
+    within = frontier.get("frontier_probability_within")
+    reached = "" if reach is None else (f", reached with probability {result_line_value(reach)}"
+                                        + ("" if within is None else f" within {within} steps"))
+    if not partial:
+        return (f"\n  horizon cut at depth {frontier['horizon']}: {frontier['frontier_states']} states at the horizon "
+                "not expanded (exact for the step bound)")
+    return (f"\n  partial model: exploration stopped ({frontier['reason']}) with {frontier['explored_states']} states "
+            f"expanded and {frontier['frontier_states']} found but not expanded{reached}; each result is bounds "
+            "[lo, hi] that contain the value of the whole model")
+
+
+def result_line_value(v: object) -> str:
+    if isinstance(v, dict):
+        return "[" + ", ".join(f"{x:.3g}" for x in v.values()) + "] (min, max)"
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
 def verify(model_path: str | Path | None, prop: str | None, options: VerifyOptions | None = None,
@@ -255,6 +290,9 @@ def verify(model_path: str | Path | None, prop: str | None, options: VerifyOptio
     # in-process, --threads-per-worker bounds this thread's compute pools for the run (the one worker is this one)
     with thread_budget(opts.threads_per_worker if opts.run_driver == "local" else None):
         run = _Run.start(model_path, prop, opts)
+        if run.opts.width is not None or run.opts.order is not None:
+            report, induced = run.rounds()
+            return (report, induced) if run.opts.keep_model else report
         explored = run.explore()
         run.clock.start("assembling")
         if not isinstance(explored, Explored):  # the rows are on the Ray workers
@@ -294,6 +332,7 @@ class _Run:
         if o.resume is None and (model_path is None or prop is None):
             raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
         prec = Precision.from_options(o.precision, o.precision_abs, o.exact, o.sound_mdp)
+        o.check_rounds()
         limits = Limits(o.max_states, parse_memory(o.max_memory), parse_duration(o.timeout))
         clock = PhaseClock(o.phases)
         clock.start("parsing")
@@ -308,7 +347,7 @@ class _Run:
             o.check_distributed(checker)
         parts = job.build(explorer=o.run_driver == "local")
         specs = parts.props.specs
-        explain = Explain(o.traces, o.values, o.plot, o.plot_vars)
+        explain = Explain(o.traces, o.values, None if o.width is not None else o.plot, o.plot_vars)  # --width: its own
         if explain.active and len(specs) > 1:
             raise DistmcError("--traces, --values and --plot explain one property: give one --prop with them")
         explain.validate(parts)
@@ -330,14 +369,82 @@ class _Run:
         o, parts = self.opts, self.parts
         self.clock.start("exploring", self.driver)
         initial = parts.codec.pack(parts.model.initial_states)
+        horizon = horizon_of(parts.props.specs) if o.horizon_cut else None
         if parts.expander is not None:
-            return explore_local(parts.expander, initial, limits=self.limits, progress=o.progress)
+            return explore_local(parts.expander, initial, limits=self.limits, progress=o.progress, horizon=horizon)
         from distmc.explore.ray import explore_ray
 
         return explore_ray(self.job, parts.codec, initial, o.workers, address=o.address, limits=self.limits,
                            checkpoint=self.ckpt, progress=o.progress, gpus_per_worker=o.gpus_per_worker,
                            threads_per_worker=o.threads_per_worker,
-                           policy_servers=o.policy_servers if parts.uses_policy else 0, rows_stay=self.rows_stay)
+                           policy_servers=o.policy_servers if parts.uses_policy else 0, rows_stay=self.rows_stay,
+                           horizon=horizon)
+
+    def rounds(self) -> tuple[Report, InducedModel]:
+        """Explore in rounds in a priority order (:mod:`distmc.explore.priority`), checking after each round.
+
+        Each round's budget of states is twice the last one's (the first: :data:`FIRST_ROUND_STATES`, at most
+        ``max_states``), and it goes on from what the last round explored. It stops once every property's bounds
+        are at most ``width`` wide (or the model is explored whole, or a limit is passed, or ``max_states`` is
+        reached); without ``width``, after one round of ``max_states`` states.
+        """
+        from distmc.explore.limits import Interrupt, LimitCheck
+        from distmc.explore.priority import PRIORITY_CHECKPOINT, PriorityExplorer
+
+        o, parts, clock = self.opts, self.parts, self.clock
+        horizon = horizon_of(parts.props.specs) if o.horizon_cut else None
+        order = o.order or ("bfs" if horizon is not None else "mass")
+        assert parts.expander is not None
+        clock.start("exploring", f"in-process, {order} first")
+        saved = None if self.ckpt is None else self.ckpt.directory / PRIORITY_CHECKPOINT
+        if saved is not None and saved.is_file():  # --resume: go on from what the last run explored
+            explorer = PriorityExplorer.load(saved, parts.expander)
+            if o.order is not None and explorer.order != o.order:
+                raise DistmcError(f"--resume: the checkpointed run explored in {explorer.order} order, not {o.order}")
+            order = explorer.order
+        else:
+            explorer = PriorityExplorer(parts.expander, parts.codec.pack(parts.model.initial_states), order)
+        cap = o.max_states if o.max_states is not None else (None if o.width is not None else 2**62)
+        budget = FIRST_ROUND_STATES if o.width is not None else int(cap)  # type: ignore[arg-type]
+        if cap is not None:
+            budget = min(budget, cap)
+        budget = max(budget, explorer.budget)  # resumed: the last round's budget again (checks what is there)
+        check = LimitCheck(Limits(None, self.limits.max_memory, self.limits.timeout))
+        rounds: list[dict[str, Any]] = []
+        while True:
+            with Interrupt() as interrupt:
+                why = explorer.grow(budget, check, lambda: interrupt.why, horizon)
+            explorer.budget = budget
+            if saved is not None:
+                explorer.save(saved)
+            explored = explorer.snapshot()
+            capped = cap is not None and budget >= cap and explorer.n_states > budget
+            if why is None and explorer.n_states > budget:
+                why = f"passed --max-states {cap}" if capped else f"round budget of {budget} states"
+            if why is not None:
+                explored.stats["stopped"] = why  # type: ignore[assignment]
+            if horizon is not None:
+                explored.stats["horizon"] = horizon
+            report, induced = self.check_gathered(explored)
+            width = _width(report)
+            rounds.append({"round": len(rounds) + 1, "budget": budget, "states": report.states,
+                           "explored_states": explored.n_states - int(explored.frontier.shape[0])
+                           if explored.frontier is not None else report.states,
+                           "width": width, "bounds": report.bounds, "elapsed_s": round(clock.elapsed(), 3)})
+            log.info("round %d: %d states, width %.3g", len(rounds), report.states, width)
+            if o.progress is not None:
+                o.progress({"phase": f"round {len(rounds)}: width {width:.3g} at {report.states} states",  # type: ignore[dict-item]
+                            "elapsed_s": clock.elapsed()})
+            done = (not report.partial or o.width is None or width <= o.width or capped
+                    or (why is not None and not why.startswith("round budget")))
+            if done:
+                break
+            budget = budget * 2 if cap is None else min(budget * 2, cap)
+            clock.start("exploring", f"in-process, {order} first, round {len(rounds) + 1}")
+        report.rounds = rounds
+        if o.width is not None and o.plot is not None:
+            _plot_rounds(rounds, o.plot, order)
+        return report, induced
 
     def on_workers(self, rows: RayRows) -> Report | Explored:
         """Rows on the Ray workers: check them there (the report), or gather them here (for Storm)."""
@@ -346,6 +453,10 @@ class _Run:
             kind = "mdp" if self.parts.force_mdp else "dtmc"  # a policy-induced model with several rows fails later
             used = _choose_ray_checker(self.checker, self.limits, rows, self.parts.props.specs, kind,
                                        self.opts.workers, sum(int(w.get("rss", 0)) for w in rows.worker_stats))
+            if "stopped" in rows.stats and used == "distributed":  # a partial model: bounds on the workers
+                report = self.check_distributed_partial(rows)
+                ok = True
+                return report
             if used == "distributed":
                 report = self.check_distributed(rows)
                 ok = True
@@ -379,16 +490,55 @@ class _Run:
             result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
             truth=checked[0].truth, results=entries, states=rows.n_states,
             transitions=rows.n_transitions, induced="dtmc", choices=rows.n_states, initial_states=rows.n_initial,
-            checker="distributed", riskiest_states=self.explain.at_risk,
+            checker="distributed",
+            frontier=None if not rows.run.frontier else {
+                "reason": f"horizon cut at depth {rows.stats.get('horizon')}", "horizon": rows.stats.get("horizon"),
+                "explored_states": rows.n_states - rows.run.frontier, "frontier_states": rows.run.frontier},
+            riskiest_states=self.explain.at_risk, **self.common(rows.stats, rows.worker_stats, timings))
+
+    def check_distributed_partial(self, rows: RayRows) -> Report:
+        """Bounds of every property from a partial model on the workers that hold its rows (no process holds it)."""
+        from distmc.check.partial import combine_sides
+
+        specs = self.parts.props.specs
+        self.clock.start("checking", "distributed, on the Ray workers: bounds from the explored part")
+        out = rows.check(self.prec, progress=self.opts.progress, partial=True)
+        timings = self.clock.stop()
+        timings["assemble_s"] += float(out["build_s"])
+        timings["check_s"] -= float(out["build_s"])
+        checked = [dataclasses.replace(combine_sides(spec, c, "distributed", c["note"]), check_s=c["check_s"])
+                   for spec, c in zip(specs, out["checks"], strict=True)]
+        entries = [partial_entry(spec, res, c["note"]) for spec, res, c in zip(specs, checked, out["checks"],
+                                                                                 strict=True)]
+        reach = out["checks"][0]["reach"]
+        first = rows.n_states - rows.run.frontier
+        return Report(
+            result=checked[0].value, bounds=entries[0]["bounds"], truth=checked[0].truth,  # type: ignore[arg-type]
+            results=entries, states=rows.n_states, transitions=rows.n_transitions, induced="dtmc",
+            choices=rows.n_states, initial_states=rows.n_initial, checker="distributed", partial=True,
+            frontier={"reason": str(rows.stats["stopped"]), "explored_states": first,
+                      "frontier_states": rows.n_states - first,
+                      "frontier_probability": None if np.isnan(reach).any() else float(reach[0])
+                      if reach.shape[0] == 1 else {"min": float(reach.min()), "max": float(reach.max())},
+                      "frontier_probability_within": horizon_of(specs[:1]),  # reach: the first property's
+                      "horizon": rows.stats.get("horizon")},
             **self.common(rows.stats, rows.worker_stats, timings))
 
     def check_gathered(self, explored: Explored) -> tuple[Report, InducedModel]:
         """Assemble the induced model in this process and check every property (Storm, native or exact)."""
         o, parts, explain, clock = self.opts, self.parts, self.explain, self.clock
         specs = parts.props.specs
+        if explored.frontier is None:  # the drivers' frontier is the tail of the ids
+            close_frontier(explored, int(explored.stats.get("expanded", explored.n_states)))
+        fids = explored.frontier if explored.frontier is not None else np.zeros(0, dtype=np.int64)
+        n_frontier = int(fids.shape[0])
+        first = explored.n_states - n_frontier  # states expanded
+        stopped = explored.stats.get("stopped") if n_frontier else None
         induced = assemble(explored, parts.model, parts.codec, parts.props.atoms, parts.reward_names,
                            force_mdp=parts.force_mdp)
         explored.target_chunks, explored.prob_chunks = [], []  # the induced model holds them now (merged in place)
+        if stopped is not None:
+            return self.check_partial_model(explored, induced, fids, str(stopped))
         if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
             explain.before_check(induced, parts, self.job, phase=clock.start)
         if o.exact and induced.n_transitions > EXACT_MAX_TRANSITIONS:
@@ -412,12 +562,65 @@ class _Run:
             checked = self.check_here(induced, checkers)
         timings = clock.stop()
         entries = [result_entry(sp.text, sp.name, r) for sp, r in zip(specs, checked, strict=True)]
+        horizon = explored.stats.get("horizon") if n_frontier else None
         report = Report(
+            frontier=None if horizon is None else {"reason": f"horizon cut at depth {horizon}", "horizon": horizon,
+                                                   "explored_states": first, "frontier_states": n_frontier},
             result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
             truth=checked[0].truth, results=entries, single_states=single, states=induced.n_states,
             transitions=induced.n_transitions, induced=induced.kind, choices=induced.n_rows,
             initial_states=int(induced.initial.shape[0]), checker=used, traces=explain.found,
             traces_mass=explain.mass, riskiest_states=explain.at_risk,
+            **self.common(explored.stats, explored.worker_stats, timings))
+        return report, induced
+
+    def check_partial_model(self, explored: Explored, induced: InducedModel, fids: np.ndarray,
+                            reason: str) -> tuple[Report, InducedModel]:
+        """Bounds of every property from a model explored in part (:mod:`distmc.check.partial`): two checks each."""
+        o, parts, clock = self.opts, self.parts, self.clock
+        specs = parts.props.specs
+        first = induced.n_states - int(fids.shape[0])  # states expanded
+        if o.exact:
+            raise ResourceLimitError(
+                f"exploration stopped ({reason}) with {first} of {induced.n_states} states expanded: --exact checks "
+                "complete models only, so nothing was checked (run without --exact for bounds)",
+                {"states": induced.n_states, "transitions": induced.n_transitions,
+                 "frontier": induced.n_states - first, "depth": int(explored.stats.get("depth", 0))})
+        frontier = np.zeros(induced.n_states, dtype=bool)
+        frontier[fids] = True
+        asked = self.checker if self.checker != "auto" or self.driver == "local" else "storm"
+        if asked == "distributed":
+            asked = "auto"  # the rows were gathered: the model's part is checked here
+        depth = int(explored.stats.get("depth", 0))
+        checkers = [_choose_checker(asked, self.limits, induced, s, depth, release=False) for s in specs]
+        used = checkers[0] if len(set(checkers)) == 1 else "+".join(dict.fromkeys(checkers))
+        clock.start("checking", "bounds from the explored part")
+        within = horizon_of(specs)
+        reach = (frontier_probability(induced, frontier, precision=self.prec, within=within)
+                 if induced.kind == "dtmc" else None)
+        storm_box: list[object] = []
+
+        def storm_model() -> object:
+            if not storm_box:
+                clock.start("handing to Storm")
+                storm_box.append(to_storm(induced, release=True))
+                clock.start("checking", "Storm, bounds from the explored part")
+            return storm_box[0]
+
+        checked, notes = check_partial(parts.props, induced, checkers, self.prec, storm_model, frontier,
+                                       parts.model, len(parts.model.variables), progress=clock.detail)
+        if induced.kind != "dtmc":  # an MDP: Storm's min and max
+            reach = frontier_probability(induced, frontier, storm_model(), self.prec, within)
+        timings = clock.stop()
+        entries = [partial_entry(sp, r, note) for sp, r, note in zip(specs, checked, notes, strict=True)]
+        report = Report(
+            result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
+            truth=checked[0].truth, results=entries, states=induced.n_states,
+            transitions=induced.n_transitions, induced=induced.kind, choices=induced.n_rows,
+            initial_states=int(induced.initial.shape[0]), checker=used, partial=True,
+            frontier={"reason": reason, "explored_states": first, "frontier_states": induced.n_states - first,
+                      "frontier_probability": reach, "frontier_probability_within": within,
+                      "horizon": explored.stats.get("horizon")},
             **self.common(explored.stats, explored.worker_stats, timings))
         return report, induced
 
@@ -468,6 +671,42 @@ def _policy_dtype(parts: Parts, worker_stats: list[dict[str, Any]]) -> str | Non
         return policy_precision(parts.policy)
     ran = {str(w["policy_dtype"]) for w in worker_stats if w.get("policy_dtype")}
     return "float32" if "float32" in ran else ran.pop() if ran else None
+
+
+#: The first round's budget of states under ``--width``.
+FIRST_ROUND_STATES = 1000
+
+
+def _width(report: Report) -> float:
+    """The widest of the report's bounds (0 for a model explored whole; inf where one is not bounded)."""
+    if not report.partial:
+        return 0.0
+    widest = 0.0
+    for r in report.results:
+        b = r["bounds"]
+        pairs = list(b.values()) if isinstance(b, dict) else [b]
+        for lo, hi in pairs:  # type: ignore[misc]
+            widest = max(widest, float(hi) - float(lo))
+    return widest
+
+
+def _plot_rounds(rounds: list[dict[str, Any]], path: str, order: str) -> None:
+    """Width against states explored, one point per round (``--width --plot``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    xs = [r["explored_states"] for r in rounds]
+    ys = [max(r["width"], 1e-17) for r in rounds]
+    ax.loglog(xs, ys, "o-", label=order)
+    ax.set_xlabel("states explored")
+    ax.set_ylabel("width hi - lo")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _policy_name(parts: Parts, policy: str | None) -> str:

@@ -1,7 +1,9 @@
 """Command line: ``distmc run MODEL --prop PCTL ...`` (and ``distmc abstract``, ``scale``, ``shield``, ``curve``).
 
-Exit codes: 0 success; 1 other distmc error; 2 bad command line; 3 bad model; 4 unsupported model feature;
-5 bad property; 6 bad policy; 7 resource limit reached (a partial report is printed, and written with --json);
+Exit codes: 0 success (also a run stopped by a limit or Ctrl-C during exploration: it reports bounds from the
+explored part, "partial": true); 1 other distmc error; 2 bad command line; 3 bad model; 4 unsupported model feature;
+5 bad property; 6 bad policy; 7 resource limit reached where nothing could be checked (a partial report is printed,
+and written with --json);
 8 worker failure; 130 interrupted (Ctrl-C: one line says what was saved and how to resume). A missing optional
 package is an error of kind 1, named with the ``pip install`` that brings it. Errors are one line on standard
 error; ``--debug`` adds the traceback.
@@ -84,9 +86,21 @@ def _parser() -> argparse.ArgumentParser:
                      help="threads each worker keeps busy, at most (kernels, policy, Arrow; in-process: the one "
                           "worker); default: Ray: the cluster's CPUs divided by the workers, at least 1; in-process: "
                           "every core")
-    run.add_argument("--max-states", type=int, default=None, help="stop beyond this many states (partial report)")
-    run.add_argument("--max-memory", default=None, help="stop beyond this much memory, e.g. 8G (partial report)")
-    run.add_argument("--timeout", default=None, help="stop after this long, e.g. 900, 15m, 2h (partial report)")
+    run.add_argument("--max-states", type=int, default=None,
+                     help="stop exploring beyond this many states: bounds from the explored part")
+    run.add_argument("--max-memory", default=None,
+                     help="stop exploring beyond this much memory, e.g. 8G: bounds from the explored part")
+    run.add_argument("--timeout", default=None,
+                     help="stop exploring after this long, e.g. 900, 15m, 2h: bounds from the explored part")
+    run.add_argument("--horizon-cut", action="store_true",
+                     help="step-bounded properties only (F<=k, U<=k, C<=k, I=k): do not expand states deeper than "
+                          "the deepest bound (exact answer, smaller model)")
+    run.add_argument("--width", type=float, default=None, metavar="EPS",
+                     help="explore in rounds (in-process), doubling the states each round and checking after each, "
+                          "until every property's bounds are at most EPS wide (--max-states caps it)")
+    run.add_argument("--order", default=None, choices=["mass", "bfs"],
+                     help="order of a budgeted exploration: mass (most probable frontier states first; the default "
+                          "with --width) or bfs (breadth-first; the default with --horizon-cut)")
     run.add_argument("--checkpoint-dir", default=None,
                      help="write every explored level there (Arrow IPC): a lost worker is replaced, and a stopped "
                           "run continues with --resume (Ray driver)")

@@ -127,6 +127,17 @@ class VerifyOptions:
             worker is then replaced and the run goes on. Uses the Ray driver.
         resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
             arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.
+        horizon_cut: when every property is step-bounded (``F<=k``, ``U<=k``, ``C<=k``, ``I=k``), leave the states
+            deeper than the deepest bound unexpanded (``--horizon-cut``): the answer is exact, the model smaller
+            than Storm's builder's (:func:`distmc.check.partial.horizon_of`).
+        width: explore in rounds, in process, each round's budget of states twice the last one's, checking after
+            each, until every property's bounds are at most this wide (``--width``; ``report.rounds``); ``max_states``
+            caps the budget.
+        order: the order of a budgeted exploration (:mod:`distmc.explore.priority`): ``mass`` (the frontier states
+            with the most probable path first; the default with ``width``) or ``bfs`` (the default with
+            ``horizon_cut``). Given without ``width``, one round of ``max_states`` states in that order.
+        A run stopped by a limit (or Ctrl-C) reports bounds from the explored part (``report.partial``,
+        ``report.bounds``; :mod:`distmc.check.partial`).
 
     Outputs:
         export_path: also write the induced model (``.umb`` or ``.drn``).
@@ -179,6 +190,9 @@ class VerifyOptions:
     timeout: str | float | None = None
     checkpoint_dir: str | None = None
     resume: str | None = None
+    horizon_cut: bool = False
+    width: float | None = None
+    order: str | None = None
     # outputs
     export_path: str | None = None
     keep_model: bool = False
@@ -208,6 +222,13 @@ class VerifyOptions:
         check_ray_resources(self.threads_per_worker, self.policy_servers)
         if self.gpus_per_worker is not None:
             check_gpu_share(self.gpus_per_worker)
+        if self.order is not None and self.order not in ("mass", "bfs"):
+            raise DistmcError(f"--order must be mass or bfs, not '{self.order}'")
+        if self.width is not None and not (0.0 <= self.width < float("inf")):
+            raise DistmcError(f"--width must be a non-negative number, not {self.width}")
+        if self.order == "mass" and self.horizon_cut:
+            raise DistmcError("--horizon-cut needs the breadth-first order (a state's depth is known when it is "
+                              "expanded): use --order bfs")
         if self.checker not in CHECKERS:
             raise DistmcError(f"--checker must be auto, storm, native or distributed, not '{self.checker}'")
         if self.mode not in MODES:
@@ -252,6 +273,13 @@ class VerifyOptions:
             raise DistmcError("--checker distributed checks on the Ray workers: use --driver ray (or leave --driver "
                               "out)")
 
+    def check_rounds(self) -> None:
+        """``--width`` and ``--order`` explore in this process: not with the Ray driver (checked when a run starts)."""
+        if (self.width is not None or self.order is not None) and (self.run_driver != "local" or self.workers > 1
+                                                                    or self.address is not None):
+            raise DistmcError("--width and --order explore in this process (one worker, --driver local); the Ray "
+                              "driver explores breadth-first, and bounds a run that a limit stops")
+
     def check_distributed(self, checker: str) -> None:
         """What ``checker`` (this run's, or the checkpoint's after ``--resume``) cannot do with these outputs."""
         if checker == "distributed" and (self.keep_model or self.export_path is not None):
@@ -265,6 +293,8 @@ class VerifyOptions:
         """``driver``, or its default: local for one worker with nothing that needs Ray, else ray."""
         if self.driver is not None:
             return self.driver
+        if self.width is not None or self.order is not None:  # rounds in this process (checkpoints too)
+            return "local"
         local = (self.workers == 1 and self.address is None and self.resume is None and self.checkpoint_dir is None
                  and not self.policy_servers and self.checker != "distributed")
         return "local" if local else "ray"

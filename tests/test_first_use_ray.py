@@ -14,7 +14,6 @@ import pytest
 
 from distmc.api import verify
 from distmc.cli import main
-from distmc.errors import ResourceLimitError
 
 ray = pytest.importorskip("ray", reason="the Ray driver needs ray")
 
@@ -30,9 +29,8 @@ AVOID = REPO / "benchmarks" / "envs" / "avoid.prism"
 
 def test_resumed_report_names_the_checkpoints_job(local_ray: None, tmp_path: Path) -> None:
     ck = tmp_path / "ck"
-    with pytest.raises(ResourceLimitError):
-        verify(EXAMPLE, PROP, constants="N=7", **POLICY, mode="deterministic", checker="native", workers=1,
-               checkpoint_dir=ck, max_states=60)
+    assert verify(EXAMPLE, PROP, constants="N=7", **POLICY, mode="deterministic", checker="native", workers=1,
+                  checkpoint_dir=ck, max_states=60).partial  # type: ignore[union-attr]
     assert json.loads((ck / "meta.json").read_text())["checker"] == "native"
     out = tmp_path / "r.json"
     assert main(["run", "--resume", str(ck), "--json", str(out), "--quiet"]) == 0
@@ -85,12 +83,9 @@ def test_ctrl_c_during_a_ray_run(local_ray: None, tmp_path: Path) -> None:
     assert ray_processes  # the local Ray it started
     os.kill(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err and out == "", err
-    level = json.loads(meta.read_text())["level"]
-    assert lines[0].startswith("distmc: interrupted (Ctrl-C); ") and f"up to depth {level}" in lines[0]
-    assert f"distmc run --resume {ck}" in lines[0]
+    # the first Ctrl-C stops the exploration at the end of its level: bounds from the explored part, exit 0
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "interrupted (Ctrl-C)" in out and "partial model" in out, (out, err)
     assert "Token authentication" not in err  # Ray's notices stay out of distmc's output
     time.sleep(1.0)
     assert not [p for p in ray_processes if _alive(p)], "Ray's processes outlived the interrupted run"

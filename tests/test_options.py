@@ -147,7 +147,7 @@ def test_every_option_has_a_run_flag() -> None:
             "--policy-servers", "1", "--max-states", "9", "--max-memory", "1G", "--timeout", "9",
             "--checkpoint-dir", "ck", "--resume", "ck", "--export", "m.drn", "--traces", "1", "--values", "v.parquet",
             "--plot", "p.png", "--plot-vars", "x,y", "--checker", "storm", "--precision", "1e-3", "--sound-mdp",
-            "--exact", "--policy-dtype", "float32"]
+            "--exact", "--policy-dtype", "float32", "--horizon-cut", "--width", "1e-3", "--order", "bfs"]
     o = options_from_args(_parser().parse_args(argv))
     unset = {k for k, v in o.to_dict().items() if v == VerifyOptions().to_dict()[k]}
     assert unset == {"props", "keep_model", "precision_abs"}  # keep_model is the Python API's; precision: one of two

@@ -110,8 +110,8 @@ def test_kept_workers_run_the_next_jobs() -> None:
         now = [w["pid"] for w in r.worker_stats]
         assert pids is None or now == pids  # the same processes: kept, not started again
         pids = now
-    with pytest.raises(ResourceLimitError):
-        verify(EXAMPLE, 'P=? [F "crash"]', constants="N=7", workers=2, driver="ray", max_states=50)
+    with pytest.raises(ResourceLimitError):  # a worker passes its memory share inside a level: the run fails
+        verify(EXAMPLE, 'P=? [F "crash"]', constants="N=7", workers=2, driver="ray", max_memory="1M")
     r = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, driver="ray")
     assert pids is not None and not set(pids) & {w["pid"] for w in r.worker_stats}
     pids = [w["pid"] for w in r.worker_stats]

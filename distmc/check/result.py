@@ -257,10 +257,29 @@ def result_entry(text: str, name: str | None, res: CheckResult) -> dict[str, obj
     return entry
 
 
+def _width(bounds: object) -> float:
+    """Hi - lo of a partial answer's bounds (the widest of min and max)."""
+    if isinstance(bounds, dict):
+        return max(float(v[1]) - float(v[0]) for v in bounds.values())
+    return float(bounds[1]) - float(bounds[0])  # type: ignore[index]
+
+
 def result_line(entry: dict[str, object]) -> str:
     """The text report's line of one property."""
     label = entry["property"] if entry.get("name") is None else f'"{entry["name"]}": {entry["property"]}'
     value = _value_text(entry["value"], None if entry.get("method") == "exact" else entry.get("bounds"))
+    if entry.get("partial"):  # a partial model: the bounds are the answer (distmc.check.partial)
+        b = entry["bounds"]
+        if isinstance(b, dict):
+            value = "in " + ", ".join(f"{k} [{_fmt(v[0])}, {_fmt(v[1])}]" for k, v in b.items())
+        else:
+            pair: list[float] = b  # type: ignore[assignment]
+            value = f"in [{_fmt(pair[0])}, {_fmt(pair[1])}]"
+        value += f" (width {_fmt(_width(b))}, partial model" + (f"; {entry['not_bounded']})" if entry.get(
+            "not_bounded") else ")")
+        if "truth" in entry:
+            value = f"{str(entry['truth']).lower()} ({value})"
+        return f"{label}  =  {value}"
     if "truth" in entry:
         note = "" if entry.get("decided") is not False else ": the bounds contain the threshold, ask a finer --precision"
         value = f"{str(entry['truth']).lower()} (value {value}{note})"

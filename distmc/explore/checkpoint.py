@@ -36,6 +36,7 @@ import numpy as np
 
 from distmc.errors import DistmcError
 from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow, read_table, write_table
+from distmc.explore.priority import PRIORITY_CHECKPOINT
 from distmc.pipeline import Job
 
 __all__ = ["Checkpoint", "write_level"]
@@ -190,7 +191,7 @@ class Checkpoint:
             if digest is not None and now != digest:
                 raise DistmcError(f"--resume {d}: {getattr(job, k)} has changed (or is gone) since the checkpoint "
                                   f"was written; resuming would mix two different runs")
-        if meta["level"] < 0:
+        if meta["level"] < 0 and not (d / PRIORITY_CHECKPOINT).is_file():  # a --width run saves its own file
             raise DistmcError(f"--resume {d}: the run stopped before its initial states were saved; start it again")
         return ckpt
 

@@ -1,7 +1,11 @@
 """User-set limits of a run (``--max-states``, ``--max-memory``, ``--timeout``) and the check that enforces them.
 
-A limit stops exploration cleanly: :class:`~distmc.errors.ResourceLimitError` carries a partial report (states and
-transitions so far, frontier size, depth reached, elapsed time), which the CLI prints and writes with ``--json``.
+A limit stops exploration cleanly. The drivers ask :meth:`LimitCheck.exceeded` and, once a limit is passed, stop
+expanding and hand over what they explored with the frontier marked (``stats["expanded"]``, ``stats["stopped"]``):
+the check then bounds every property on that partial model (:mod:`distmc.check.partial`). Ctrl-C does the same
+through :class:`Interrupt` (a second Ctrl-C ends the run at once). Where a limit is passed inside a Ray worker in
+the middle of a level, :class:`~distmc.errors.ResourceLimitError` carries a partial report (states and transitions
+so far, frontier size, depth reached, elapsed time) and nothing is checked.
 The drivers check after every expansion batch, so a run stops within one batch of passing a limit, never by a
 hang or an out-of-memory kill (a batch is at most ``batch_states`` states, whose rows are bounded by the model's
 branching; set ``--max-memory`` with that much headroom below the machine's memory).
@@ -17,12 +21,15 @@ from __future__ import annotations
 import os
 import re
 import resource
+import signal
+import threading
 import time
 from dataclasses import dataclass
 
 from distmc.errors import DistmcError, ResourceLimitError
 
-__all__ = ["LimitCheck", "Limits", "parse_duration", "parse_memory", "peak_rss_bytes", "reset_peak_rss", "rss_bytes"]
+__all__ = ["Interrupt", "LimitCheck", "Limits", "parse_duration", "parse_memory", "peak_rss_bytes", "reset_peak_rss",
+           "rss_bytes"]
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
           "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
@@ -159,3 +166,31 @@ class LimitCheck:
         why = self.exceeded(states=states, memory=memory)
         if why is not None:
             raise self.stop(why, states=states, transitions=transitions, frontier=frontier, depth=depth)
+
+
+class Interrupt:
+    """Ctrl-C during exploration as a stop like a limit's: the first SIGINT sets :attr:`why`, a second one raises.
+
+    A context manager; it changes the handler only in the main thread (elsewhere :attr:`why` stays None).
+    """
+
+    def __init__(self) -> None:
+        self.why: str | None = None
+        self._old: object = None
+        self._installed = False
+
+    def _handler(self, signum: int, frame: object) -> None:
+        if self.why is not None:
+            raise KeyboardInterrupt
+        self.why = "interrupted (Ctrl-C)"
+
+    def __enter__(self) -> Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:  # a handler installed outside Python reads back as None: Python's default then
+            old = self._old if self._old is not None else signal.default_int_handler
+            signal.signal(signal.SIGINT, old)  # type: ignore[arg-type]

@@ -55,6 +55,7 @@ class Explored:
     stats: dict[str, float] = field(default_factory=dict)
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor (empty in-process)
     merged: bool = False
+    frontier: np.ndarray | None = None  # [F] ids found but not expanded, each with one self-loop row (a partial run)
 
     @property
     def n_states(self) -> int:

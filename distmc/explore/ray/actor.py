@@ -520,6 +520,52 @@ class PartitionActor:
         requests = self.part.requests()
         return requests if self.workers > 1 else requests[0]
 
+    def close_frontier(self, first: int) -> None:
+        """One self-loop row for each own state with a global id from ``first`` on (found, not expanded).
+
+        A partial model's frontier (:func:`distmc.check.partial.close_frontier`), before :meth:`check_plan`.
+        """
+        gids = np.sort(self.gids[: self.visited.size])
+        f = gids[gids >= first]
+        n = int(f.shape[0])
+        if n == 0:
+            return
+        target, prob = f, np.ones(n)
+        if self.keep_rows:
+            target, prob = _compact(target, prob)
+        names = next((list(d) for d in self.rewards if d), list(self.parts.reward_names))
+        self.rows.append((f, np.full(n, -1, dtype=np.int64), np.ones(n, dtype=np.int64), target, prob))
+        self.rewards.append({k: np.zeros(n) for k in names})
+        self.flags.append((f, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)))
+
+    def check_run_partial(self, precision: Precision | float, max_iterations: int, first: int) -> dict[str, Any]:
+        """Bounds of the job's properties on a partial model, on every worker at once (:func:`partial_values`).
+
+        Returns ``checks``: per property, both sides' vectors at the own initial states, ``reach`` and ``note``.
+        """
+        from distmc.check.distributed import WorkerEngine
+        from distmc.check.partial import partial_values
+
+        t = time.perf_counter()
+        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
+        part, parts = self.part, self.parts
+        init = part.initial
+        checks = []
+        try:
+            for spec in parts.props.specs:
+                t_spec = time.perf_counter()
+                vectors, note = partial_values(engine, part, spec, part.gids >= first, parts.model,
+                                               len(parts.model.variables), precision, max_iterations)
+                checks.append({**{k: v[init] for k, v in vectors.items()}, "note": note,
+                               "check_s": time.perf_counter() - t_spec})
+        finally:
+            self.stats.update(engine.stats)
+            self.stats["check_s"] = time.perf_counter() - t
+            self._lap("check")
+        self.stats["peak_rss"] = peak_rss_bytes()
+        self.stats["rss"] = rss_bytes()
+        return {"gids": part.gids[init], "checks": checks, "stats": dict(self.stats)}
+
     def check_connect(self, peers: list[Any], *asked: np.ndarray) -> None:
         """Every peer's request (``asked[p]``: global ids of this worker's states it needs) and the peers' handles."""
         self.part.serve(list(asked))

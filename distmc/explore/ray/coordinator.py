@@ -19,7 +19,7 @@ from distmc.check.result import Precision
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explain.values import RISKIEST
 from distmc.explore.checkpoint import Checkpoint
-from distmc.explore.limits import LimitCheck, Limits, rss_bytes
+from distmc.explore.limits import Interrupt, LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
 from distmc.explore.ray.actor import PartitionActor, _job_stamp
 from distmc.explore.ray.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
@@ -35,14 +35,20 @@ log = logging.getLogger("distmc.ray")
 START_TIMEOUT_S = 300
 
 def _combine(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per property, the workers' values and bounds at their initial states, in global-id order."""
+    """Per property, the workers' arrays at their initial states, in global-id order.
+
+    The arrays: ``value``, ``lower``, ``upper``, or a partial check's sides; with the slowest worker's ``check_s``.
+    """
     gids = np.concatenate([r["gids"] for r in results])
     order = np.argsort(gids, kind="stable")
     out = []
     for i in range(len(results[0]["checks"])):
+        first = results[0]["checks"][i]
         one: dict[str, Any] = {k: np.concatenate([r["checks"][i][k] for r in results])[order]
-                               for k in ("value", "lower", "upper")}
+                               for k, v in first.items() if isinstance(v, np.ndarray)}
         one["check_s"] = max(float(r["checks"][i]["check_s"]) for r in results)
+        if "note" in first:
+            one["note"] = first["note"]
         out.append(one)
     return out
 
@@ -63,7 +69,8 @@ class RayRows:
         self.n_states, self.n_transitions, self.n_initial, self.depth = run.n, run.transitions, run.n_initial, run.depth
         self.stats: dict[str, float] = {"depth": run.depth, "policy_states": run.policy_states,
                                         "policy_calls": run.policy_calls, "restarts": run.restarts,
-                                        "startup_s": run.startup_s, "levels_s": run.levels_s}
+                                        "startup_s": run.startup_s, "levels_s": run.levels_s,
+                                        **run.frontier_stats()}
         self.worker_stats: list[dict[str, Any]] = []
         self.closed = False
 
@@ -73,18 +80,22 @@ class RayRows:
         self.worker_stats = out.worker_stats
         return out
 
-    def check(self, precision: Precision, max_iterations: int = MAX_ITERATIONS,
+    def check(self, precision: Precision | float, max_iterations: int = MAX_ITERATIONS,
               progress: Callable[[dict[str, Any]], None] | None = None,
-              values_dir: str | None = None) -> dict[str, Any]:
+              values_dir: str | None = None, partial: bool = False) -> dict[str, Any]:
         """Check the job's properties on the actors (:mod:`distmc.check.distributed`), on the one exploration.
 
         Returns ``checks``: per property, ``value``, ``lower``, ``upper`` (``[I]`` at the initial states, by
         global id); and the time split
         ``build_s`` (the workers' parts and the exchange plan) and ``check_s``. ``values_dir``: every worker also
         writes the value of each of its states there (``part-R.parquet``, :mod:`distmc.explain.values`), and
-        ``at_risk`` lists the states most at risk over all workers.
+        ``at_risk`` lists the states most at risk over all workers. ``partial``: the exploration stopped before the
+        fixpoint; the frontier's states get self-loops and both sides of each property's bounds are checked
+        (``checks`` then hold :func:`distmc.check.partial.partial_values`'s ``lo_value``, ..., ``hi_upper``,
+        ``reach`` and ``note``).
         """
-        out = self.run.check_on_workers(precision, max_iterations, progress, values_dir)
+        first = self.n_states - self.run.frontier if self.run.frontier else None  # stopped early, or a horizon cut
+        out = self.run.check_on_workers(precision, max_iterations, progress, values_dir, first, partial)
         self.worker_stats = out.pop("worker_stats")
         # the transitions of the merged rows (the levels count them before duplicates are added up)
         self.n_transitions = int(sum(ws["check_transitions"] for ws in self.worker_stats))
@@ -161,6 +172,7 @@ def explore_ray(
     threads_per_worker: int | None = None,
     policy_servers: int = 0,
     rows_stay: bool = False,
+    horizon: int | None = None,
 ) -> Any:
     """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
@@ -172,7 +184,11 @@ def explore_ray(
         address: a running Ray cluster (``auto`` or ``HOST:PORT``); None: the cluster in ``RAY_ADDRESS`` if set,
             else a new local Ray (unless this process is connected to one already).
         batch_states: states per expansion batch inside an actor.
-        limits: stop with :class:`ResourceLimitError` (and a partial report) once a limit is passed.
+        limits: once a limit is passed at the end of a level (or Ctrl-C), stop: the last level's new states are
+            the frontier (``stats["expanded"]``, ``stats["stopped"]``, as :func:`~distmc.explore.local.explore_local`
+            gives them); a worker that passes its share of ``--max-memory`` or the timeout inside a level stops the
+            run with :class:`ResourceLimitError` (and a partial report).
+        horizon: expand the levels ``0 .. horizon - 1`` only (the horizon cut; None: to the fixpoint).
         checkpoint: write every level to this checkpoint and, if it already holds levels, continue from the last
             one; a lost worker is then replaced (up to ``max_restarts`` times) and the run goes on.
         progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
@@ -202,6 +218,7 @@ def explore_ray(
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker,
                   threads_per_worker, policy_servers, rows_stay)
+    run.horizon = horizon
     try:
         if rows_stay:
             run.run(initial_keys, max_restarts, gather=False)
@@ -238,6 +255,10 @@ class _RayRun:
         self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.policy_calls = 0
         self.restarts = 0
         self.frontier = 0
+        self.horizon: int | None = None  # levels 0 .. horizon - 1 only
+        self.stopped: str | None = None  # why exploration stopped before the fixpoint (a limit, Ctrl-C)
+        self.level_rss: list[int] = []  # each worker's memory after the last level
+        self.level_t = 0.0  # when the last level ended (time.time())
         # Without a checkpoint the rows come to the driver level by level: each level's are taken from the actors
         # (``taken``: their refs) and placed in global order while the actors run the next level (``blocks``).
         self.stream = checkpoint is None and not rows_stay
@@ -401,14 +422,16 @@ class _RayRun:
             self.restore()
         else:
             self.begin(initial_keys)
-        while True:
-            try:
-                done = self.level()
-            except _WorkerLost as exc:
-                self.recover(exc, max_restarts)
-                continue
-            if done:
-                break
+        with Interrupt() as interrupt:
+            while self.horizon is None or self.depth < self.horizon:
+                try:
+                    done = self.level()
+                except _WorkerLost as exc:
+                    self.recover(exc, max_restarts)
+                    continue
+                self.stopped = self.stopped or (interrupt.why if self.frontier else None)
+                if done or self.stopped is not None:
+                    break
         self.levels_s = time.perf_counter() - t0 - self.startup_s
         if not gather:
             return None
@@ -498,6 +521,7 @@ class _RayRun:
             new, stored = self.exchange()
         if self.stream:  # this level's rows, placed during the next level (an actor runs its calls in order)
             self.taken = [a.take.remote() for a in actors]
+        expanded = self.frontier  # this level expanded the last one's new states
         if new:
             self.level_starts.append(self.n)  # the level's new states are ids n, n + 1, ...
         self.depth += 1
@@ -519,9 +543,34 @@ class _RayRun:
         if self.progress is not None:
             self.progress(info)
         if self.frontier:
-            self.check.check(states=self.n, transitions=self.transitions, frontier=self.frontier, depth=self.depth,
-                             memory=memory)
+            self.stopped = self.check.exceeded(states=self.n, memory=memory) or self.next_level_too_big(stored,
+                                                                                                         expanded)
         return self.frontier == 0
+
+    def next_level_too_big(self, stored: list[dict[str, Any]], expanded: int) -> str | None:
+        """Why the next level would pass ``--max-memory`` or ``--timeout`` (None: it should not).
+
+        The next level expands ``frontier`` states where this one expanded ``expanded``: its growth in each
+        worker's memory and in time is predicted as this level's, scaled by that ratio. Stopping before it keeps
+        the run's explored part whole (a worker that passes its share inside a level ends the run, unchecked).
+        """
+        now = time.time()
+        rss = [int(x["rss"]) for x in stored]
+        prev_rss, prev_t = self.level_rss, self.level_t
+        self.level_rss, self.level_t = rss, now
+        if not prev_rss:  # the first level (of this start): nothing to scale yet
+            return None
+        ratio = self.frontier / max(expanded, 1)
+        lim = self.limits
+        if lim.max_memory is not None and len(prev_rss) == len(rss):
+            share = lim.max_memory / self.workers
+            worst = max(r + max(r - p, 0) * ratio for r, p in zip(rss, prev_rss, strict=True))
+            if worst > share:
+                return (f"passed --max-memory: the next level would need about {worst / 2**20:.0f} MiB in a worker "
+                        f"(its share {share / 2**20:.0f} MiB)")
+        if lim.timeout is not None and now - self.start + (now - prev_t) * ratio > lim.timeout:
+            return f"passed --timeout {lim.timeout:g} s: the next level would end after it"
+        return None
 
     def exchange(self) -> tuple[int, list[dict[str, int]]]:
         """Steps 1-4 of a level (module docstring) on W > 1 actors; the number of new states, and what they stored."""
@@ -543,21 +592,29 @@ class _RayRun:
                            for s in range(w)])
         return int(occ.shape[0]), stored
 
-    def check_on_workers(self, precision: Precision, max_iterations: int,
+    def check_on_workers(self, precision: Precision | float, max_iterations: int,
                          progress: Callable[[dict[str, Any]], None] | None,
-                         values_dir: str | None = None) -> dict[str, Any]:
-        """The distributed check on the actors (see :meth:`RayRows.check`)."""
+                         values_dir: str | None = None, frontier_first: int | None = None,
+                         partial: bool = False) -> dict[str, Any]:
+        """The distributed check on the actors (see :meth:`RayRows.check`).
+
+        ``frontier_first``: the first id not expanded (each of those states gets a self-loop); ``partial``: check
+        both sides of the bounds of a partial model.
+        """
         ray, actors, w = self.ray, self.actors, self.workers
         t0 = time.perf_counter()
         self.checking = True
         try:
+            if frontier_first is not None:
+                self.get([a.close_frontier.remote(frontier_first) for a in actors])
             plans = [a.check_plan.options(num_returns=w).remote(self.n_initial, self.n) for a in actors]
             plans = [p if isinstance(p, list) else [p] for p in plans]
             self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)]) for o, a in enumerate(actors)])
             del plans
             t1 = time.perf_counter()
             values = None if values_dir is None else (values_dir, np.asarray(self.level_starts, dtype=np.int64))
-            refs = [a.check_run.remote(precision, max_iterations, values) for a in actors]
+            refs = ([a.check_run_partial.remote(precision, max_iterations, frontier_first) for a in actors]
+                    if partial else [a.check_run.remote(precision, max_iterations, values) for a in actors])
             pending = list(refs)
             while pending:
                 done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
@@ -603,6 +660,20 @@ class _RayRun:
             self.blocks.append(order_rows(pieces))
         self.absorb_s += time.perf_counter() - t
 
+    def frontier_stats(self) -> dict[str, Any]:
+        """Where exploration stopped before the fixpoint (empty for a run explored to the fixpoint).
+
+        The first id not expanded (the last level's new states are the tail of the ids), why, and the horizon.
+        """
+        if not self.frontier:
+            return {}
+        out: dict[str, Any] = {"expanded": self.n - self.frontier}
+        if self.stopped is not None:
+            out["stopped"] = self.stopped
+        if self.horizon is not None:
+            out["horizon"] = self.horizon
+        return out
+
     def finish(self) -> Explored:
         """Gather the partitions' states and rows into one :class:`Explored` (the reducer's input)."""
         t1 = time.perf_counter()
@@ -617,7 +688,7 @@ class _RayRun:
             self.blocks = []
             del results
         out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "policy_calls": self.policy_calls,
-                          "restarts": self.restarts, "place_s": self.absorb_s})
+                          "restarts": self.restarts, "place_s": self.absorb_s, **self.frontier_stats()})
         out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(stats, self.info, strict=True)]
         self.split(out)
         out.stats["gather_s"] = time.perf_counter() - t1
