@@ -16,7 +16,7 @@ from distmc.assemble.reducer import merge_csr_rows
 from distmc.check.kernels import compact_probabilities, expand_probabilities, prob_nbytes
 from distmc.errors import ResourceLimitError
 from distmc.explore.checkpoint import file_digest, write_level
-from distmc.explore.expander import policy_counters
+from distmc.explore.expander import Expander, policy_counters
 from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
 from distmc.explore.ray.exchange import (
     OCC_SHIFT,
@@ -133,8 +133,10 @@ class PartitionActor:
         self.part: Any = None  # this worker's part of the induced DTMC for the distributed check
         self.peers: list[Any] = []
         self.status = ""
-        self.stats: dict[str, Any] = {"policy_dtype": policy_precision(self.expander.policy), "expand_s": 0.0, "lookup_s": 0.0, "store_s": 0.0, "exchange_s": 0.0,
-                                      "checkpoint_s": 0.0,
+        # the box front end's expander (distmc.abstract) runs no policy
+        policy = self.expander.policy if isinstance(self.expander, Expander) else None
+        self.stats: dict[str, Any] = {"policy_dtype": policy_precision(policy), "expand_s": 0.0, "lookup_s": 0.0,
+                                      "store_s": 0.0, "exchange_s": 0.0, "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
                                       "keys_in": 0, "keys_in_new": 0, "bytes_answer": 0, "bytes_driver": 0,
                                       "checkpoint_bytes": 0}
