@@ -31,7 +31,6 @@ import os
 import platform
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -262,28 +261,25 @@ def add_parser(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``distmc scale`` with parsed ``args``; returns the exit code (1 when the worker counts disagree)."""
+    from distmc._internal.subcommand import one_line_errors
     from distmc.progress import setup_logging
 
     setup_logging(args.log_level)
-    try:
-        if args.plot:
-            from distmc._internal.deps import require
+    return one_line_errors(args.debug, lambda: _run(args),
+                           "distmc: interrupted (Ctrl-C); the runs finished so far are not reported")
 
-            require("matplotlib", f"--plot {args.plot}")
-        from distmc.cli import _example_path, options_from_args
 
-        counts = _parse_counts(args.workers)
-        s = scale(_example_path(args.model), args.prop, counts, repeat=args.repeat,
-                  log_run=None if args.quiet else (lambda line: print(line, file=sys.stderr)),
-                  options=options_from_args(args, skip=("workers", "plot")))  # --plot: the scaling PNG
-    except KeyboardInterrupt:
-        print("distmc: interrupted (Ctrl-C); the runs finished so far are not reported", file=sys.stderr)
-        return 130
-    except DistmcError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"distmc: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+def _run(args: argparse.Namespace) -> int:
+    if args.plot:
+        from distmc._internal.deps import require
+
+        require("matplotlib", f"--plot {args.plot}")
+    from distmc.cli import _example_path, options_from_args
+
+    counts = _parse_counts(args.workers)
+    s = scale(_example_path(args.model), args.prop, counts, repeat=args.repeat,
+              log_run=None if args.quiet else (lambda line: print(line, file=sys.stderr)),
+              options=options_from_args(args, skip=("workers", "plot")))  # --plot: the scaling PNG
     print(table(s))
     if args.json_path:
         Path(args.json_path).write_text(s.to_json())

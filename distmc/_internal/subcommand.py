@@ -10,7 +10,7 @@ from typing import Any
 
 from distmc.errors import DistmcError
 
-__all__ = ["add_run_options", "guarded"]
+__all__ = ["add_run_options", "guarded", "one_line_errors"]
 
 
 def add_run_options(p: argparse.ArgumentParser, *, policy: bool = True) -> None:
@@ -33,18 +33,30 @@ def add_run_options(p: argparse.ArgumentParser, *, policy: bool = True) -> None:
 
 
 def guarded(args: argparse.Namespace, body: Callable[[], Any]) -> int:
-    """Run ``body`` (which prints its result); a :class:`DistmcError` is one line and its exit code."""
+    """Run ``body`` (which prints its result) after setting up logging; errors as in :func:`one_line_errors`."""
     from distmc.progress import setup_logging
 
     setup_logging(args.log_level)
+    return one_line_errors(args.debug, body)
+
+
+def one_line_errors(debug: bool, body: Callable[[], int | None],
+                    interrupted: str | None = "distmc: interrupted (Ctrl-C)") -> int:
+    """``body()``'s exit code (None: 0), with the errors a user sees as one line.
+
+    A :class:`DistmcError` is one line (its traceback with ``debug``) and its exit code; Ctrl-C is the line
+    ``interrupted`` and exit code 130 (``interrupted`` None: Ctrl-C is left to the caller).
+    """
     try:
-        body()
+        rc = body()
     except KeyboardInterrupt:
-        print("distmc: interrupted (Ctrl-C)", file=sys.stderr)
+        if interrupted is None:
+            raise
+        print(interrupted, file=sys.stderr)
         return 130
     except DistmcError as exc:
-        if args.debug:
+        if debug:
             traceback.print_exc()
         print(f"distmc: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    return 0
+    return 0 if rc is None else rc

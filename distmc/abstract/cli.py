@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -71,39 +70,39 @@ def _step_line(h: dict[str, Any]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``distmc abstract`` with parsed ``args``; returns the exit code."""
-    try:
-        if args.plot:
-            from distmc._internal.deps import require
+    from distmc._internal.subcommand import one_line_errors
 
-            require("matplotlib", f"--plot {args.plot}")  # before the analysis, not after it
-        from distmc.abstract.envs import get_env, with_regions
-        from distmc.abstract.faults import parse_fault
-        from distmc.abstract.network import load_network
-        from distmc.abstract.refine import analyse, check_fit
-        from distmc.abstract.report import plot, summary, to_json
-        from distmc.explore.limits import parse_duration
+    return one_line_errors(args.debug, lambda: _run(args), interrupted=None)
 
-        time_limit = parse_duration(args.time_limit)
-        env = with_regions(get_env(args.env), args.init, args.safe)
-        faults = parse_fault(args.fault)
-        net = load_network(args.policy)
-        check_fit(env, net, args.policy)
-        result = analyse(env, net, faults, horizon=args.horizon, refine=args.refine, threshold=args.threshold,
-                         min_size=args.min_size, max_splits=args.max_splits, workers=args.workers,
-                         method=args.bounds, driver=args.driver, address=args.address,
-                         abstraction=args.abstraction, validate=args.validate, seed=args.seed,
-                         progress=_step_line, time_limit=time_limit)
-        print(summary(result, env, args.rows))
-        if args.json_path:
-            Path(args.json_path).write_text(to_json(result, env))
-        if args.plot:
-            plot(result, env, args.plot)
-        if result.inside is not None and not result.inside.all():
-            raise BoundsError(f"--validate: {int((~result.inside).sum())} boxes have a sampled point whose exact "
-                              "failure probability lies outside the box's bounds (a soundness bug: please report it)")
-    except DistmcError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"distmc: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+
+def _run(args: argparse.Namespace) -> None:
+    """The analysis, its summary, JSON and plot (:func:`main` turns its errors into one line)."""
+    if args.plot:
+        from distmc._internal.deps import require
+
+        require("matplotlib", f"--plot {args.plot}")  # before the analysis, not after it
+    from distmc.abstract.envs import get_env, with_regions
+    from distmc.abstract.faults import parse_fault
+    from distmc.abstract.network import load_network
+    from distmc.abstract.refine import analyse, check_fit
+    from distmc.abstract.report import plot, summary, to_json
+    from distmc.explore.limits import parse_duration
+
+    time_limit = parse_duration(args.time_limit)
+    env = with_regions(get_env(args.env), args.init, args.safe)
+    faults = parse_fault(args.fault)
+    net = load_network(args.policy)
+    check_fit(env, net, args.policy)
+    result = analyse(env, net, faults, horizon=args.horizon, refine=args.refine, threshold=args.threshold,
+                     min_size=args.min_size, max_splits=args.max_splits, workers=args.workers,
+                     method=args.bounds, driver=args.driver, address=args.address,
+                     abstraction=args.abstraction, validate=args.validate, seed=args.seed,
+                     progress=_step_line, time_limit=time_limit)
+    print(summary(result, env, args.rows))
+    if args.json_path:
+        Path(args.json_path).write_text(to_json(result, env))
+    if args.plot:
+        plot(result, env, args.plot)
+    if result.inside is not None and not result.inside.all():
+        raise BoundsError(f"--validate: {int((~result.inside).sum())} boxes have a sampled point whose exact "
+                          "failure probability lies outside the box's bounds (a soundness bug: please report it)")
