@@ -26,6 +26,7 @@ module t
   b : [0..C] init 0;
   [] true -> 0.3 : (a'=min(a+1,C)) + 0.35 : (a'=max(a-1,0)) & (b'=a>0?min(b+1,C):b) + 0.35 : (b'=max(b-1,0));
 endmodule
+label "full" = a=C | b=C;
 rewards "len"
   true : a + b;
 endrewards

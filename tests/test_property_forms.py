@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import stormpy
 
+from benchmarks.long_run import TANDEM  # the two-queue tandem, also the benchmark's model
 from distmc.api import verify
 from distmc.check import checker
 from distmc.errors import DistmcError, PropertyError
@@ -36,18 +37,6 @@ rewards "len"
 endrewards
 """
 
-TANDEM = """dtmc
-const int C;
-module t
-  a : [0..C] init 0;
-  b : [0..C] init 0;
-  [] true -> 0.3 : (a'=min(a+1,C)) + 0.35 : (a'=max(a-1,0)) & (b'=a>0?min(b+1,C):b) + 0.35 : (b'=max(b-1,0));
-endmodule
-label "full" = a=C | b=C;
-rewards "len"
-  true : a + b;
-endrewards
-"""
 
 # transient start, then a periodic bottom SCC {1, 2} or an aperiodic one {3, 4, 5, 6}
 BRANCHES = """dtmc
