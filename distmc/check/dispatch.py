@@ -168,19 +168,21 @@ def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], p
                storm_model: Callable[[], Any], progress: Callable[[str], None] | None = None,
                codec: StateCodec | None = None, exact_timeout_s: float = EXACT_TIMEOUT_S) -> list[CheckResult]:
     out: list[CheckResult | None] = [None] * len(props.specs)
-    copies = {i: c for i, s in enumerate(props.specs) if checkers[i] != "native" and s.bound_rewards
-              and codec is not None and (c := absorbing(induced, _terminal_states(induced, s, codec, True))) is not None}
-    order = sorted(range(len(props.specs)), key=lambda i: (checkers[i] != "native", i not in copies))
+    # reward-bounded formulas may need a copy of the transitions: before Storm's hand-off may release them
+    copied = [checkers[i] != "native" and s.bound_rewards and codec is not None for i, s in enumerate(props.specs)]
+    order = sorted(range(len(props.specs)), key=lambda i: (checkers[i] != "native", not copied[i]))
     built: list[Any] = []
     for i in order:
         spec = props.specs[i]
         t = time.perf_counter()
+        # one copy at a time, made when its property is checked (None: the targets are absorbing already)
+        copy = absorbing(induced, _terminal_states(induced, spec, codec, True)) if copied[i] and codec else None
         try:
             if checkers[i] == "native":
                 res = check_native_result(induced, spec, precision, progress)
-            elif i in copies:  # Storm's reward-bounded method on the copy with the targets absorbing
-                res = check(to_storm(copies.pop(i), exact=precision.exact), spec, induced.kind, induced.initial,
-                            precision)
+            elif copy is not None:  # Storm's reward-bounded method on the copy with the targets absorbing
+                res = check(to_storm(copy, exact=precision.exact), spec, induced.kind, induced.initial, precision)
+                del copy
             else:
                 if not built:
                     built.append(storm_model())
