@@ -44,12 +44,21 @@ if str(REPO) not in sys.path:
 from benchmarks.suite import BenchEnv, load_envs  # noqa: E402
 
 
-def make_env(bench: BenchEnv) -> Any:
-    """The environment's :class:`distmc.gym.PrismEnv` (reward, done label and step limit from the manifest)."""
+def make_env(bench: BenchEnv, normalize: bool = False) -> Any:
+    """The environment's :class:`distmc.gym.PrismEnv` (reward, done label and step limit from the manifest).
+
+    ``normalize``: observations scaled to [-1, 1] by the variables' ranges (the scale goes into the interface file).
+    """
     from distmc.gym import PrismEnv
 
-    return PrismEnv(bench.file, bench.constants or None, reward=bench.reward, done_label=bench.done,
-                    max_steps=bench.max_steps)
+    return PrismEnv(
+        bench.file,
+        bench.constants or None,
+        reward=bench.reward,
+        done_label=bench.done,
+        max_steps=bench.max_steps,
+        normalize=normalize,
+    )
 
 
 def evaluate(bench: BenchEnv, policy_file: Path, episodes: int, seed: int) -> tuple[float, float]:
@@ -62,14 +71,16 @@ def evaluate(bench: BenchEnv, policy_file: Path, episodes: int, seed: int) -> tu
     return float(res.returns.mean()), float(res.returns.std())
 
 
-def train(bench: BenchEnv, steps: int, seed: int, eval_episodes: int, out: Path) -> dict[str, Any]:
-    """Train one environment's policy, export it into ``out`` and return its metadata."""
+def train(
+    bench: BenchEnv, steps: int, seed: int, eval_episodes: int, out: Path, normalize: bool = False
+) -> dict[str, Any]:
+    """Train one environment's policy, export it into ``out`` and return its metadata (``normalize``: :func:`make_env`)."""
     import stable_baselines3 as sb3
     from stable_baselines3 import PPO
 
     from distmc.gym import export_policy
 
-    env = make_env(bench)
+    env = make_env(bench, normalize)
     arch = {"pi": [bench.hidden, bench.hidden], "vf": [64, 64]}
     hyper: dict[str, Any] = {"n_steps": 1024, "batch_size": 128, "learning_rate": 3e-4, "gamma": 0.99, "ent_coef": 0.01}
     torch.manual_seed(seed)
@@ -87,6 +98,7 @@ def train(bench: BenchEnv, steps: int, seed: int, eval_episodes: int, out: Path)
         "reward": bench.reward,
         "done": bench.done,
         "max_steps": bench.max_steps,
+        "normalize": normalize,
         "algorithm": "PPO (stable-baselines3 MlpPolicy, Tanh)",
         "net_arch": arch,
         "hyperparameters": hyper,
@@ -96,7 +108,11 @@ def train(bench: BenchEnv, steps: int, seed: int, eval_episodes: int, out: Path)
         "mean_reward": mean,
         "std_reward": std,
         "train_seconds": round(seconds, 1),
-        "versions": {"stable_baselines3": sb3.__version__, "torch": torch.__version__, "python": platform.python_version()},
+        "versions": {
+            "stable_baselines3": sb3.__version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
@@ -121,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         bench = envs[name]
         out = Path(args.out) / name if args.out else bench.policy_dir
         meta = train(bench, args.steps or bench.train_steps, args.seed, args.eval_episodes, out)
-        print(f"{name}: {meta['steps']} steps in {meta['train_seconds']} s, mean reward {meta['mean_reward']:.3f} "
-              f"+- {meta['std_reward']:.3f} ({meta['eval_episodes']} episodes) -> {out}", flush=True)
+        print(
+            f"{name}: {meta['steps']} steps in {meta['train_seconds']} s, mean reward {meta['mean_reward']:.3f} "
+            f"+- {meta['std_reward']:.3f} ({meta['eval_episodes']} episodes) -> {out}",
+            flush=True,
+        )
     return 0
 
 

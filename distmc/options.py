@@ -134,7 +134,7 @@ class VerifyOptions:
             each, until every property's bounds are at most this wide (``--width``; ``report.rounds``); ``max_states``
             caps the budget.
         order: the order of a budgeted exploration (:mod:`distmc.explore.priority`): ``mass`` (the frontier states
-            with the most probable path first; the default with ``width``) or ``bfs`` (the default with
+            the most probability reaches first; the default with ``width``) or ``bfs`` (the default with
             ``horizon_cut``). Given without ``width``, one round of ``max_states`` states in that order.
         A run stopped by a limit (or Ctrl-C) reports bounds from the explored part (``report.partial``,
         ``report.bounds``; :mod:`distmc.check.partial`).
