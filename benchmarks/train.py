@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-episodes", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
     ap.add_argument("--out", default=None, help="policy folder (default: benchmarks/policies/<env>)")
+    ap.add_argument("--normalize", action="store_true", help="scale observations by the variables' ranges")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     envs = load_envs()
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown environment '{name}' (have {list(envs)})")
         bench = envs[name]
         out = Path(args.out) / name if args.out else bench.policy_dir
-        meta = train(bench, args.steps or bench.train_steps, args.seed, args.eval_episodes, out)
+        meta = train(bench, args.steps or bench.train_steps, args.seed, args.eval_episodes, out, args.normalize)
         print(
             f"{name}: {meta['steps']} steps in {meta['train_seconds']} s, mean reward {meta['mean_reward']:.3f} "
             f"+- {meta['std_reward']:.3f} ({meta['eval_episodes']} episodes) -> {out}",
