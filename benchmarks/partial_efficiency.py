@@ -1,10 +1,13 @@
 """Issue 22's "efficient" target: width against states explored, mass first against breadth first, on millions.
 
-The environment is the delivery truck of ``benchmarks/envs/delivery.prism`` on a 48 x 48 grid with a tank of 480
-(``N=48,FUEL=480,slip=0.1``: about two million states in the induced model; twice the fuel the trip needs, so
-the model holds the long detours), with a PPO policy trained on that size by ``benchmarks/train.py`` (seeded,
-observations scaled by the variables' ranges; shipped in ``benchmarks/policies/delivery_large/``, trained again
-with ``--train`` or when missing). Property: ``P=? [F "delivered"]``.
+The environment is the delivery truck of ``benchmarks/envs/delivery.prism`` on a 48 x 48 grid with a tank of
+``--fuel`` (480: ``N=48,FUEL=480,slip=0.1``, 2,037,153 states in the induced model; 240: 930,993), with a PPO
+policy trained on that size by ``benchmarks/train.py`` (seed 0, 150,000 steps, episodes of 232 steps,
+observations scaled by the variables' ranges; shipped in ``benchmarks/policies/delivery_n48_f<fuel>/``, trained
+again with ``--train`` or when missing). Property: ``P=? [F "delivered"]``. With a tank of 480 the trained policy
+picks the parcel up (probability 0.99 within 232 steps) but mostly does not deliver it (0.007; the tank runs
+empty with 0.993: it collects the shaping reward for moves instead); with 240 it delivers (0.9995). The target
+asks for a policy trained on the size: both sizes are run.
 
 1. The full model once: states, transitions, the exact value, time.
 2. For each order (the default mass-first rank, the ranks it is compared with, and breadth first), a partial run
@@ -20,10 +23,13 @@ Writes a JSON (``--json``), the Markdown table of ``benchmarks/RESULTS.md`` (``-
 against states explored, log scales (``--plot``). The mass-first ranks other than the default are chosen through
 :mod:`distmc.explore.priority`'s module defaults (``MASS_RANK``, ``SPREAD``), which this script sets per run.
 
-Run (the command of ``benchmarks/RESULTS.md``; about 15 minutes on a loaded 2-core machine, peak memory < 3 GB)::
+Run (the commands of ``benchmarks/RESULTS.md``; 20 to 40 minutes each on a loaded 2-core machine, peak memory
+under 3 GB)::
 
-    nice -n 5 python benchmarks/partial_efficiency.py --json benchmarks/partial_efficiency.json \\
-        --table benchmarks/partial_efficiency.md --plot benchmarks/partial_efficiency.png
+    nice -n 5 python benchmarks/partial_efficiency.py --fuel 480 --json benchmarks/partial_efficiency_f480.json \
+        --table partial_efficiency_f480.md --plot benchmarks/partial_efficiency_f480.png
+    nice -n 5 python benchmarks/partial_efficiency.py --fuel 240 --json benchmarks/partial_efficiency_f240.json \
+        --table partial_efficiency_f240.md --plot benchmarks/partial_efficiency_f240.png
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import json
 import resource
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +52,29 @@ from benchmarks.suite import BenchEnv  # noqa: E402
 from distmc.api import Report, verify  # noqa: E402
 
 MODEL = REPO / "benchmarks" / "envs" / "delivery.prism"
-N, FUEL = 48, 480
-CONSTANTS = f"N={N},FUEL={FUEL},slip=0.1"
+N = 48
 PROP = 'P=? [F "delivered"]'
-POLICY_DIR = REPO / "benchmarks" / "policies" / "delivery_large"
+POLICIES = REPO / "benchmarks" / "policies"
 TRAIN_STEPS, SEED = 150_000, 0
 FRACTIONS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 TARGETS = ((1e-3, 0.2), (1e-6, 0.5))  # (width, most states as a fraction of the full model's)
 TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Case:
+    """The grid (:data:`N`) with a tank of ``fuel``, and where its policy lives."""
+
+    fuel: int
+
+    @property
+    def constants(self) -> str:
+        return f"N={N},FUEL={self.fuel},slip=0.1"
+
+    @property
+    def policy_dir(self) -> Path:
+        return POLICIES / f"delivery_n{N}_f{self.fuel}"
+
 
 #: name -> (order, rank, spread); the first is distmc's default (``--order mass``).
 VARIANTS: dict[str, tuple[str, str, float]] = {
@@ -64,12 +86,12 @@ VARIANTS: dict[str, tuple[str, str, float]] = {
 }
 
 
-def bench_env() -> BenchEnv:
+def bench_env(case: Case) -> BenchEnv:
     """The environment as ``benchmarks/train.py`` trains it (episode limit: four trips' worth of moves)."""
     return BenchEnv(
-        "delivery_large",
+        "delivery",
         MODEL,
-        CONSTANTS,
+        case.constants,
         "delivery",
         "done",
         4 * N + 40,
@@ -80,17 +102,17 @@ def bench_env() -> BenchEnv:
     )
 
 
-def ensure_policy(retrain: bool) -> dict[str, Any]:
-    """Train the policy into :data:`POLICY_DIR` if asked or missing; its metadata."""
-    if retrain or not (POLICY_DIR / "policy.pt").is_file():
+def ensure_policy(case: Case, retrain: bool) -> dict[str, Any]:
+    """Train the policy into ``case.policy_dir`` if asked or missing; its metadata."""
+    if retrain or not (case.policy_dir / "policy.pt").is_file():
         import torch
 
         from benchmarks.train import train
 
         torch.set_num_threads(1)
-        print(f"training {CONSTANTS} for {TRAIN_STEPS} steps (seed {SEED}) ...", flush=True)
-        train(bench_env(), TRAIN_STEPS, SEED, 100, POLICY_DIR, normalize=True)
-    meta: dict[str, Any] = json.loads((POLICY_DIR / "meta.json").read_text())
+        print(f"training {case.constants} for {TRAIN_STEPS} steps (seed {SEED}) ...", flush=True)
+        train(bench_env(case), TRAIN_STEPS, SEED, 100, case.policy_dir, normalize=True)
+    meta: dict[str, Any] = json.loads((case.policy_dir / "meta.json").read_text())
     return meta
 
 
@@ -98,13 +120,13 @@ def peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
-def _run(variant: str, **kw: Any) -> tuple[Report, float]:
+def _run(case: Case, variant: str, **kw: Any) -> tuple[Report, float]:
     order, rank, spread = VARIANTS[variant]
     old = priority.MASS_RANK, priority.SPREAD
     priority.MASS_RANK, priority.SPREAD = rank, spread
     try:
         t = time.perf_counter()
-        r = verify(MODEL, PROP, constants=CONSTANTS, policy=str(POLICY_DIR / "policy.pt"), order=order, **kw)
+        r = verify(MODEL, PROP, constants=case.constants, policy=str(case.policy_dir / "policy.pt"), order=order, **kw)
         assert isinstance(r, Report)
         return r, time.perf_counter() - t
     finally:
@@ -120,7 +142,9 @@ def interval(r: Report) -> tuple[float, float]:
     return float(b[0]), float(b[1])
 
 
-def budgets(args: argparse.Namespace, full: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+def budgets(
+    case: Case, args: argparse.Namespace, full: dict[str, Any]
+) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
     """Every variant at every budget: the rows, and what failed (soundness, nesting)."""
     out: dict[str, list[dict[str, Any]]] = {}
     failures: list[str] = []
@@ -128,7 +152,7 @@ def budgets(args: argparse.Namespace, full: dict[str, Any]) -> tuple[dict[str, l
         rows: list[dict[str, Any]] = []
         last = (-float("inf"), float("inf"))
         for frac in FRACTIONS:
-            r, seconds = _run(variant, max_states=int(frac * full["states"]))
+            r, seconds = _run(case, variant, max_states=int(frac * full["states"]))
             lo, hi = interval(r)
             explored = r.frontier["explored_states"] if r.frontier else r.states
             inside = lo - TOL <= full["value"] <= hi + TOL
@@ -162,22 +186,22 @@ def budgets(args: argparse.Namespace, full: dict[str, Any]) -> tuple[dict[str, l
     return out, failures
 
 
-def reproducible(rows: list[dict[str, Any]], full: dict[str, Any]) -> dict[str, Any]:
+def reproducible(case: Case, rows: list[dict[str, Any]], full: dict[str, Any]) -> dict[str, Any]:
     """The default order once more at the 20% budget: the same states, transitions and bounds."""
     frac = 0.2
     first = next(x for x in rows if x["fraction"] == frac)
-    r, _ = _run("mass", max_states=int(frac * full["states"]))
+    r, _ = _run(case, "mass", max_states=int(frac * full["states"]))
     again = {"states": r.states, "transitions": r.transitions, "bounds": list(interval(r))}
     same = again["states"] == first["states"] and again["bounds"] == [first["lo"], first["hi"]]
     print(f"reproducible at {frac:.0%}: {same} ({again})", flush=True)
     return {"fraction": frac, "again": again, "same": same}
 
 
-def width_runs(full: dict[str, Any], eps: float) -> dict[str, Any]:
+def width_runs(case: Case, full: dict[str, Any], eps: float) -> dict[str, Any]:
     """``--width eps`` as a user runs it (capped at the full model's states), both orders."""
     out = {}
     for variant in ("mass", "bfs"):
-        r, seconds = _run(variant, width=eps, max_states=full["states"])
+        r, seconds = _run(case, variant, width=eps, max_states=full["states"])
         assert r.rounds is not None
         rounds = [
             {k: x[k] for k in ("round", "budget", "states", "explored_states", "width", "elapsed_s")} for x in r.rounds
@@ -226,7 +250,7 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict[str, Any], path: str) -> None:
+def plot(case: Case, result: dict[str, Any], path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -248,7 +272,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     ax.set_xlabel("states explored")
     ax.set_ylabel("width hi - lo (1e-16 for 0)")
     ax.set_title(
-        f"{MODEL.name} {CONSTANTS}, {PROP}\n(stars: the targets, width at most fraction of the states)", fontsize=9
+        f"{MODEL.name} {case.constants}, {PROP}\n(stars: the targets, width at most fraction of the states)", fontsize=9
     )
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -257,6 +281,7 @@ def plot(result: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--fuel", type=int, default=480, help="the tank (default %(default)s; 240: 0.9 M states)")
     ap.add_argument("--train", action="store_true", help="train the policy again (else only when missing)")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--width", type=float, default=1e-6, help="the --width runs' EPS (default %(default)s)")
@@ -267,9 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if "mass" not in args.variants:
         ap.error("the variants must include 'mass' (the default order)")
-    meta = ensure_policy(args.train)
+    case = Case(args.fuel)
+    meta = ensure_policy(case, args.train)
     t = time.perf_counter()
-    r = verify(MODEL, PROP, constants=CONSTANTS, policy=str(POLICY_DIR / "policy.pt"))
+    r = verify(MODEL, PROP, constants=case.constants, policy=str(case.policy_dir / "policy.pt"))
     assert isinstance(r, Report)
     full = {
         "states": r.states,
@@ -282,12 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"full model: {r.states} states, {r.transitions} transitions, value {r.result}, {full['time_s']} s", flush=True
     )
-    rows, failures = budgets(args, full)
+    rows, failures = budgets(case, args, full)
     result: dict[str, Any] = {
         "model": str(MODEL.relative_to(REPO)),
-        "constants": CONSTANTS,
+        "constants": case.constants,
         "property": PROP,
-        "policy": str(POLICY_DIR.relative_to(REPO)),
+        "policy": str(case.policy_dir.relative_to(REPO)),
         "policy_meta": meta,
         "full": full,
         "variants": {v: dict(zip(("order", "rank", "spread"), VARIANTS[v], strict=True)) for v in args.variants},
@@ -296,11 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     if "bfs" in rows:
         result["targets_bfs"] = targets(rows["bfs"])
-    result["reproducible"] = reproducible(rows["mass"], full)
+    result["reproducible"] = reproducible(case, rows["mass"], full)
     if not result["reproducible"]["same"]:
         failures.append("the default order's second run differs")
     if not args.no_width_runs:
-        result["width_runs"] = width_runs(full, args.width)
+        result["width_runs"] = width_runs(case, full, args.width)
     result["failures"] = failures
     result["peak_gb"] = round(peak_gb(), 2)
     for t_ in result["targets"]:
@@ -315,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         Path(args.table).write_text(table(result))
     if args.plot:
-        plot(result, args.plot)
+        plot(case, result, args.plot)
     return 1 if failures else 0
 
 

@@ -596,8 +596,9 @@ class _Run:
         used = checkers[0] if len(set(checkers)) == 1 else "+".join(dict.fromkeys(checkers))
         clock.start("checking", "bounds from the explored part")
         within = horizon_of(specs)
+        # Storm, where it checks the bounds anyway (its sound iteration is the faster), else the native checker
         reach = (frontier_probability(induced, frontier, precision=self.prec, within=within)
-                 if induced.kind == "dtmc" else None)
+                 if induced.kind == "dtmc" and "storm" not in checkers else None)
         storm_box: list[object] = []
 
         def storm_model() -> object:
@@ -609,7 +610,7 @@ class _Run:
 
         checked, notes = check_partial(parts.props, induced, checkers, self.prec, storm_model, frontier,
                                        parts.model, len(parts.model.variables), progress=clock.detail)
-        if induced.kind != "dtmc":  # an MDP: Storm's min and max
+        if induced.kind != "dtmc" or "storm" in checkers:  # an MDP: Storm's min and max
             reach = frontier_probability(induced, frontier, storm_model(), self.prec, within)
         timings = clock.stop()
         entries = [partial_entry(sp, r, note) for sp, r, note in zip(specs, checked, notes, strict=True)]
