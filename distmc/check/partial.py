@@ -405,7 +405,8 @@ def frontier_probability(m: InducedModel, frontier: np.ndarray, storm_model: Any
     ``within``: every property is decided within that many steps (:func:`horizon_of`): the probability of
     reaching the frontier within them, the part of it that matters (a fixed number of steps, cheap).
 
-    The native checker on a DTMC (it reads ``m``'s arrays), Storm's model (a label added to it) otherwise. It is
+    The native checker on a DTMC without ``storm_model`` (it reads ``m``'s arrays), Storm's model (a label added to
+    it) otherwise (the caller passes it where Storm checks the bounds anyway: its sound iteration is faster). It is
     what the report tells, not part of the bounds: checked to :data:`REACH_PRECISION` in at most
     :data:`REACH_MAX_ITERATIONS` steps of the sound iteration (None where that is not enough: a policy that stays
     long in the explored part without reaching the frontier or an end).
