@@ -237,3 +237,13 @@ def test_ctrl_c_in_process_answers_with_bounds(full: dict[str, float]) -> None:
     assert r.frontier["reason"] == "interrupted (Ctrl-C)" and r.depth == 4
     assert _inside(full['P=? [F<=12 "goal"]'], *_bounds(r))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back after the exploration
+
+
+def test_frontier_probability_is_the_same_by_storm_and_by_the_native_checker() -> None:
+    got = {}
+    for checker in ("storm", "native"):
+        r = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=8", **POLICY, max_states=2000, checker=checker)
+        assert isinstance(r, Report) and r.frontier is not None and r.checker == checker
+        got[checker] = r.frontier["frontier_probability"]
+    assert isinstance(got["storm"], float) and isinstance(got["native"], float)
+    assert got["storm"] == pytest.approx(got["native"], abs=2e-6) and 0.01 < got["storm"] < 1
