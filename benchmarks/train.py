@@ -18,6 +18,10 @@ Usage (from the repository root; minutes per environment: run it under ``nice``)
 
     nice -n 10 python benchmarks/train.py                  # every environment
     nice -n 10 python benchmarks/train.py --env avoid --steps 20000
+    nice -n 10 python benchmarks/train.py --env delivery --normalize   # observations scaled to [-1, 1]
+
+``--normalize`` scales each observation by its variable's range (the scale goes into ``policy.json``): on large
+grids, where raw coordinates reach the hundreds (``benchmarks/partial_efficiency.py`` trains that way).
 """
 
 from __future__ import annotations
