@@ -49,8 +49,8 @@ from distmc.check.properties import PropertySpec
 from distmc.check.result import DEFAULT_PRECISION, Precision
 from distmc.errors import PropertyError, SlowConvergenceError
 
-__all__ = ["Engine", "LocalEngine", "Stop", "at_initial", "check_native", "matrix_of", "native_values", "reachability",
-           "unsupported", "values_of"]
+__all__ = ["Engine", "LocalEngine", "Recurrence", "Stop", "at_initial", "check_native", "matrix_of", "native_values",
+           "reachability", "step_recurrence", "unsupported", "values_of"]
 
 _STEP_BOUND = re.compile(r"U(<=|<)")
 
@@ -412,36 +412,76 @@ def values_of(e: Engine, m: Labelled, spec: PropertySpec, precision: Precision |
     relevant[m.initial] = True
     everywhere = Precision(DEFAULT_PRECISION if precision.relative else precision.eps, rel=None)
     stop = Stop(precision, relevant, everywhere)
+    rec = step_recurrence(spec, m)
+    if rec is not None:
+        return _exact(_steps(e, rec.x0, rec.add, rec.active, rec.fixed, rec.k))
     return (_reward if spec.is_reward else _probability)(e, m, spec, stop, max_iterations)
 
 
-def _probability(e: Engine, m: Labelled, spec: PropertySpec, precision: Stop, max_iterations: int) -> Values:
-    left, right, k = _path(spec)
-    phi1, phi2 = _states(left, m), _states(right, m)
-    zero = np.zeros(m.n_states)
-    if k is not None:
+@dataclass(frozen=True)
+class Recurrence:
+    """A step-bounded property's value as ``k`` Jacobi steps.
+
+    ``x <- add + P x`` from ``x0`` (``[n]`` each) on the ``active`` rows, the others held at ``fixed``. The same
+    for every DTMC on the same labelled states, except ``x0``, ``add`` and ``fixed`` where they hold rewards
+    (policy-weighted action rewards).
+    """
+
+    x0: np.ndarray
+    add: np.ndarray
+    active: np.ndarray
+    fixed: np.ndarray
+    k: int
+
+
+def _rewards_of(m: Labelled, spec: PropertySpec) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """(the given state rewards or None, state rewards ``[n]``, state plus action rewards ``[n]``) of a reward spec."""
+    # the property's structure (the model may carry several, for several properties)
+    given, action = m.rewards[str(spec.reward_name)] if spec.reward_name is not None else next(iter(m.rewards.values()))
+    state = np.zeros(m.n_states) if given is None else given
+    return given, state, state + (0.0 if action is None else action)  # a DTMC's row r is state r's only choice
+
+
+def step_recurrence(spec: PropertySpec, m: Labelled) -> Recurrence | None:
+    """The :class:`Recurrence` of a step-bounded property (``U<=k``, ``F<=k``, ``C<=k``, ``I=k``); None otherwise.
+
+    Only for a property :func:`unsupported` admits.
+    """
+    n = m.n_states
+    zero = np.zeros(n)
+    sub = spec.formula.subformula
+    if not spec.is_reward:
+        left, right, k = _path(spec)
+        if k is None:
+            return None
+        phi2 = _states(right, m)
         fixed = phi2.astype(np.float64)
-        return _exact(_steps(e, fixed, zero, phi1 & ~phi2, fixed, max(k, 0)))
+        return Recurrence(fixed, zero, _states(left, m) & ~phi2, fixed, max(k, 0))
+    if isinstance(sub, sl.EventuallyFormula):
+        return None
+    given, state, total = _rewards_of(m, spec)
+    kind, _, bound = _REWARD_BOUND.match(str(sub).replace(" ", "")).groups()  # type: ignore[union-attr]
+    every = np.ones(n, dtype=bool)
+    if kind == "C":  # reward collected in the first k steps
+        return Recurrence(zero, total, every, total, int(bound))
+    if given is None:
+        raise PropertyError(f"'{spec.text}': the reward structure has no state rewards (as Storm refuses it: "
+                            "the instantaneous reward would be 0 everywhere)")
+    return Recurrence(state, zero, every, state, int(bound))  # I=k: the state reward at step k
+
+
+def _probability(e: Engine, m: Labelled, spec: PropertySpec, precision: Stop, max_iterations: int) -> Values:
+    left, right, _ = _path(spec)
+    phi1, phi2 = _states(left, m), _states(right, m)
     greater0, prob1 = _graph(e, phi1, phi2)
-    return _sound(e, prob1.astype(np.float64), zero, greater0 & ~prob1, precision, max_iterations)
+    return _sound(e, prob1.astype(np.float64), np.zeros(m.n_states), greater0 & ~prob1, precision, max_iterations)
 
 
 def _reward(e: Engine, m: Labelled, spec: PropertySpec, precision: Stop, max_iterations: int) -> Values:
     n = m.n_states
-    # the property's structure (the model may carry several, for several properties)
-    given, action = m.rewards[str(spec.reward_name)] if spec.reward_name is not None else next(iter(m.rewards.values()))
-    state = np.zeros(n) if given is None else given
-    total = state + (0.0 if action is None else action)  # a DTMC's row r is state r's only choice
     sub = spec.formula.subformula
     every = np.ones(n, dtype=bool)
-    if not isinstance(sub, sl.EventuallyFormula):
-        kind, _, k = _REWARD_BOUND.match(str(sub).replace(" ", "")).groups()  # type: ignore[union-attr]
-        if kind == "C":  # reward collected in the first k steps
-            return _exact(_steps(e, np.zeros(n), total, every, total, int(k)))
-        if given is None:
-            raise PropertyError(f"'{spec.text}': the reward structure has no state rewards (as Storm refuses it: "
-                                "the instantaneous reward would be 0 everywhere)")
-        return _exact(_steps(e, state, np.zeros(n), every, state, int(k)))  # I=k: the state reward at step k
+    _, _, total = _rewards_of(m, spec)
     target = _states(sub.subformula, m)
     _, prob1 = _graph(e, every, target)
     active = prob1 & ~target  # Storm: infinite where the target is reached with probability < 1, 0 on it

@@ -95,10 +95,10 @@ def curve(
         else:
             report.explore_s = shared.explore_s
             report.mdp_states, report.mdp_transitions = shared.n_states, shared.mdp.n_transitions
-    for policy, step in zip(policies, at, strict=True):
-        report.points.append(
-            shared.check(policy, step) if shared is not None else _separate(model_path, prop, opts, policy, step)
-        )
+    if shared is not None:
+        report.points = shared.check_many(list(zip(policies, at, strict=True)))
+    else:
+        report.points = [_separate(model_path, prop, opts, p, s) for p, s in zip(policies, at, strict=True)]
     report.total_s = time.perf_counter() - t0
     return report
 
