@@ -75,16 +75,16 @@ class CurvePoint:
 
 
 class SharedModel:
-    """The MDP of every action (explored once) and the fused-row structure every policy's DTMC is built on.
+    """The MDP of every action (explored once), on which every policy's DTMC is a reweighting.
 
     Attributes:
-        parts: the parsed model, property, kernel (and the uniform policy that found the states).
+        parts: the parsed model, property and kernel (monolithic mode: no policy).
         mdp: the assembled MDP (``row_action`` per row; self-loop rows of terminal and deadlock states: -1).
         states: ``[N, V]`` int64 decoded states.
         enabled: ``[N, A_model]`` bool, the actions each state enables.
         row_state: ``[R]`` int64.
-        dest: ``[T]`` int64, the position of each MDP transition in the fused rows.
-        d_offsets, d_targets: ``[N + 1]``, ``[T_d]`` int64: the fused rows' CSR (targets sorted within a row).
+        targets, prob: ``[T]`` the MDP's transitions (int32 targets where they fit), shared with ``mdp``.
+        fused: the fused rows (a policy's DTMC), made when a policy is first checked alone.
         explore_s: seconds of the exploration and assembly.
     """
 
@@ -119,10 +119,36 @@ class SharedModel:
         self.enabled[self.row_state[acted], mdp.row_action[acted]] = True
         # several rows of one action in a state: same-label choices, which a policy does not resolve
         self.same_label = bool((np.bincount(self.row_state[acted], minlength=n) > self.enabled.sum(axis=1)).any())
+        # the MDP's transitions in one array each (int32 targets where they fit: less to read per sweep)
+        self.targets = mdp.targets.astype(np.int32 if n < 2**31 else np.int64)
         self.prob = mdp.prob
-        self.branch_row = np.repeat(np.arange(mdp.n_rows, dtype=np.int64), np.diff(mdp.row_offsets))
-        self.d_offsets, self.d_targets, self.dest = _fuse(mdp.row_groups, mdp.row_offsets, mdp.targets)
+        mdp.target_chunks, mdp.prob_chunks = [self.targets], [self.prob]
+        self._fused: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._fused_count: int | None = None
         self.explore_s = time.perf_counter() - t0
+
+    @property
+    def fused_transitions(self) -> int:
+        """The transitions of a policy's DTMC that keeps every row (the fused rows' distinct targets)."""
+        if self._fused is not None:
+            return int(self._fused[0][-1])
+        if self._fused_count is None:
+            self._fused_count = int(_fused_count(self.mdp.row_groups, self.mdp.row_offsets, self.targets))
+        return self._fused_count
+
+    @property
+    def fused(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The fused rows (one per state, a policy's DTMC), made when first asked (a policy checked alone).
+
+        ``(d_offsets [N + 1], d_targets [T_d] int64 sorted within a row, dest [T]: each MDP transition's position
+        in them, branch_row [T]: each MDP transition's row)``.
+        """
+        if self._fused is None:
+            m = self.mdp
+            d_offsets, d_targets, dest = _fuse(m.row_groups, m.row_offsets, self.targets)
+            branch_row = np.repeat(np.arange(m.n_rows, dtype=np.int64), np.diff(m.row_offsets))
+            self._fused = (d_offsets, d_targets, dest, branch_row)
+        return self._fused
 
     @property
     def n_states(self) -> int:
@@ -150,7 +176,8 @@ class SharedModel:
 
     def fused_prob(self, w_row: np.ndarray) -> np.ndarray:
         """``[T_d]`` the fused rows' probabilities under row weights ``w_row`` ``[R]``."""
-        return np.bincount(self.dest, weights=self.prob * w_row[self.branch_row], minlength=self.d_targets.shape[0])
+        _, d_targets, dest, branch_row = self.fused
+        return np.bincount(dest, weights=self.prob * w_row[branch_row], minlength=d_targets.shape[0])
 
     def row_rewards(self, w_row: np.ndarray) -> dict[str, tuple[np.ndarray | None, np.ndarray | None]]:
         """Each reward structure's (state rewards, policy-weighted action rewards per state) under ``w_row``."""
@@ -168,7 +195,7 @@ class SharedModel:
         m = self.mdp
         n = m.n_states
         prob = self.fused_prob(w_row)
-        offsets, targets = self.d_offsets, self.d_targets
+        offsets, targets = self.fused[:2]
         keep_t = prob > 0
         if not keep_t.all():
             counts = np.add.reduceat(keep_t.astype(np.int64), offsets[:-1]) if n else np.zeros(0, np.int64)
@@ -222,30 +249,31 @@ class SharedModel:
 
         A policy that keeps every row (a softmax) of a step-bounded property (``F<=k``, ``U<=k``, ``C<=k``,
         ``I=k``) checked by distmc's own kernels (``--checker native`` or ``auto``) joins a batch, whose steps run
-        together (:func:`distmc.curve.batched.steps_many`: the native checker's recurrence and bits); any other is
-        checked alone. A batched point's ``seconds`` is its own forward pass and rows plus an equal share of its
-        batch's check.
+        together on the MDP's rows (:func:`distmc.curve.batched.steps_many`); any other is checked alone, in its
+        place. A batched point's ``seconds`` is its own forward pass and weights plus an equal share of its batch's
+        check.
         """
-        o, spec = self.opts, self.parts.spec
-        n_t = self.d_targets.shape[0]
-        init = self.mdp.initial
+        o, spec, m = self.opts, self.parts.spec, self.mdp
+        init = m.initial
         batchable = (
             o.checker in ("auto", "native")
             and not o.exact
             and unsupported(spec, "dtmc") is None
             and not (init.shape[0] > 1 and spec.filter in ("avg", "sum", "first", "count"))
         )
-        width = max(1, min(BATCH, BATCH_BYTES // max(1, 8 * n_t)))
+        # a weight column [R] and three value columns [N] (and their copies) per checkpoint of a batch
+        width = max(1, min(BATCH, BATCH_BYTES // max(1, 8 * (m.n_rows + 6 * m.n_states))))
+        p_min = float(self.prob.min(initial=1.0))
         out: list[CurvePoint] = []
         pending: list[tuple[str, int, float, Recurrence]] = []
-        probs = np.empty((0, 0))
+        weights = np.empty((0, 0))
 
         def flush() -> None:
             if not pending:
                 return
             t0 = time.perf_counter()
-            cols = probs if len(pending) == probs.shape[1] else np.ascontiguousarray(probs[:, : len(pending)])
-            values = steps_many(self.d_offsets, self.d_targets, cols, [p[3] for p in pending])
+            cols = weights if len(pending) == weights.shape[1] else np.ascontiguousarray(weights[:, : len(pending)])
+            values = steps_many(m.row_groups, m.row_offsets, self.targets, self.prob, cols, [p[3] for p in pending])
             share = (time.perf_counter() - t0) / len(pending)
             for j, (policy, step, own_s, _) in enumerate(pending):
                 v = values[init, j]
@@ -256,19 +284,16 @@ class SharedModel:
         for i, (policy, step) in enumerate(policies):
             t0 = time.perf_counter()
             w_row = self.weights(self._load(policy))
-            if batchable and (w_row > 0).all():
-                prob = self.fused_prob(w_row)
-                rec = (
-                    step_recurrence(spec, replace(self.mdp, rewards=self.row_rewards(w_row)))
-                    if (prob > 0).all()
-                    else None
-                )
+            # every row kept, and no weight so small that weight x probability rounds to 0 (the policy's own run
+            # would then lose that transition): the policy's DTMC is the MDP's every row, weighted
+            if batchable and float(w_row.min(initial=1.0)) * p_min > 0:
+                rec = step_recurrence(spec, replace(m, rewards=self.row_rewards(w_row)))
                 if rec is not None:
                     if not pending:
-                        probs = np.empty((n_t, min(width, len(policies) - i)))
-                    probs[:, len(pending)] = prob
+                        weights = np.empty((m.n_rows, min(width, len(policies) - i)))
+                    weights[:, len(pending)] = w_row
                     pending.append((policy, step, time.perf_counter() - t0, rec))
-                    if len(pending) == probs.shape[1]:
+                    if len(pending) == weights.shape[1]:
                         flush()
                     continue
             flush()
@@ -290,7 +315,7 @@ class SharedModel:
         if isinstance(res.value, dict):
             raise DistmcError(f"{self.prop}: a policy's DTMC has one value, not min and max")
         states = induced.n_states if induced is not None else self.n_states
-        transitions = induced.n_transitions if induced is not None else int(self.d_targets.shape[0])
+        transitions = induced.n_transitions if induced is not None else self.fused_transitions
         return CurvePoint(str(policy), step, float(res.value), seconds, states, transitions, True, bounds, res.truth)
 
 
@@ -330,6 +355,20 @@ def _fuse(row_groups, row_offsets, targets):  # pragma: no cover - compiled
             dest[buf_i[j]] = out - 1
         d_offsets[s + 1] = out
     return d_offsets, d_targets[:out].copy(), dest
+
+
+@nb.njit(cache=True, nogil=True)
+def _fused_count(row_groups, row_offsets, targets):  # pragma: no cover - compiled
+    """The number of distinct targets over each state's rows, summed (the fused rows' transitions)."""
+    n = row_groups.shape[0] - 1
+    total = 0
+    for s in range(n):
+        lo, hi = row_offsets[row_groups[s]], row_offsets[row_groups[s + 1]]
+        buf = np.sort(targets[lo:hi])
+        for j in range(buf.shape[0]):
+            if j == 0 or buf[j] != buf[j - 1]:
+                total += 1
+    return total
 
 
 def _reachable(offsets: np.ndarray, targets: np.ndarray, initial: np.ndarray, n: int) -> np.ndarray:
