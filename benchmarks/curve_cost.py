@@ -11,7 +11,7 @@ For each environment (the bundled gridworld at N=32: 1,048,576 states; the avoid
    every shared value against the checkpoint's own full run (at most 1e-12 apart).
 
 Both sides use ``--checker native`` (distmc's own kernels; Storm's hand-off of 10^7 transitions would dominate
-either side). Writes ``benchmarks/curve_cost.json`` and prints the tables for ``benchmarks/RESULTS.md``.
+either side). Writes ``benchmarks/curve_cost_<envs>.json`` and prints the lines for ``benchmarks/RESULTS.md``.
 
 Usage: ``nice -n 5 python benchmarks/curve_cost.py [--env grid avoid] [--repeat 2]`` (minutes; the avoid grid's
 MDP has 117 M transitions and its run needs about 10 GB).
@@ -73,7 +73,7 @@ def cli(args: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def in_process(env: str, pols: list[str]) -> dict:
+def in_process(env: str, pols: list[str], compare: int) -> dict:
     from distmc.api import verify
     from distmc.curve.engine import SharedModel
     from distmc.options import VerifyOptions
@@ -82,7 +82,7 @@ def in_process(env: str, pols: list[str]) -> dict:
     o = VerifyOptions(constants=big, checker="native")
     verify(model, PROP, o, policy=pols[0])  # imports, compilation, caches
     full = []
-    for p in pols:
+    for p in pols[:compare]:
         t0 = time.perf_counter()
         r = verify(model, PROP, o, policy=p)
         full.append({"seconds": time.perf_counter() - t0, "value": float(r.result), "timings": r.timings,
@@ -92,20 +92,23 @@ def in_process(env: str, pols: list[str]) -> dict:
     explore_s = time.perf_counter() - t0
     pts = sm.check_many([(p, i) for i, p in enumerate(pols)])
     shared_s = time.perf_counter() - t0
-    diff = max(abs(f["value"] - p.value) for f, p in zip(full, pts, strict=True))
-    same = all(f["states"] == p.states and f["transitions"] == p.transitions for f, p in zip(full, pts, strict=True))
+    diff = max(abs(f["value"] - p.value) for f, p in zip(full, pts, strict=False))
+    same = all(f["states"] == p.states and f["transitions"] == p.transitions for f, p in zip(full, pts, strict=False))
     one = full[1]["seconds"]
     return {"full_runs_s": [f["seconds"] for f in full], "full_timings": full[1]["timings"], "one_run_s": one,
             "states": full[0]["states"], "transitions": full[0]["transitions"],
             "mdp_transitions": sm.mdp.n_transitions, "shared_explore_s": explore_s,
             "per_checkpoint_s": [p.seconds for p in pts], "shared_s": shared_s, "ratio": shared_s / one,
-            "separate_s": sum(f["seconds"] for f in full), "max_difference": diff, "same_counts": same}
+            "separate_s": sum(f["seconds"] for f in full), "compared": len(full), "max_difference": diff,
+            "same_counts": same}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--env", nargs="+", default=list(ENVS), choices=list(ENVS))
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--compare", type=int, default=10, help="checkpoints also run separately in the process (>= 2)")
+    ap.add_argument("--no-cli", action="store_true", help="skip the command-line comparison")
     args = ap.parse_args()
     out: dict = {"command": " ".join(["python", "benchmarks/curve_cost.py", *sys.argv[1:]]),
                  "machine": f"{platform.node()} {os.cpu_count()} cores", "load_before": os.getloadavg(), "envs": {}}
@@ -113,7 +116,7 @@ def main() -> None:
         pols = checkpoints(env)
         model, _, big, _ = ENVS[env]
         run_s, curve_s = [], []
-        for _ in range(args.repeat):
+        for _ in range(0 if args.no_cli else args.repeat):
             run_s.append(cli(["run", model, "--const", big, "--policy", pols[1], "--prop", PROP, "--checker",
                               "native"]))
             curve_s.append(cli(["curve", model, "--const", big, "--policies", *pols, "--prop", PROP, "--checker",
@@ -121,15 +124,17 @@ def main() -> None:
             print(f"{env} CLI: run {run_s[-1]:.1f} s, curve of {len(pols)} {curve_s[-1]:.1f} s "
                   f"({curve_s[-1] / run_s[-1]:.2f} x)", flush=True)
         res = {"checkpoints": pols, "cli_run_s": run_s, "cli_curve_s": curve_s,
-               "cli_ratio": min(curve_s) / min(run_s), "in_process": in_process(env, pols)}
+               "cli_ratio": min(curve_s) / min(run_s) if run_s else None,
+               "in_process": in_process(env, pols, max(2, args.compare))}
         ip = res["in_process"]
         print(f"{env} in one process: full run {ip['one_run_s']:.2f} s {ip['full_timings']}; shared exploration "
               f"{ip['shared_explore_s']:.2f} s, per checkpoint {[round(s, 2) for s in ip['per_checkpoint_s']]}, "
-              f"all {ip['shared_s']:.2f} s = {ip['ratio']:.2f} x; separate {ip['separate_s']:.1f} s; "
+              f"all {ip['shared_s']:.2f} s = {ip['ratio']:.2f} x; {ip['compared']} separate {ip['separate_s']:.1f} s; "
               f"largest difference {ip['max_difference']:.1e}, same counts {ip['same_counts']}", flush=True)
         out["envs"][env] = res
     out["load_after"] = os.getloadavg()
-    (REPO / "benchmarks" / "curve_cost.json").write_text(json.dumps(out, indent=1))
+    path = REPO / "benchmarks" / f"curve_cost_{'_'.join(args.env)}.json"
+    path.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

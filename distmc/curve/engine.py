@@ -24,8 +24,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,6 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from distmc._internal.jit import thread_cap
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import to_storm
 from distmc.check.dispatch import check_properties, vector_result
@@ -284,35 +281,26 @@ class SharedModel:
                 out.append(point)
             pending.clear()
 
-        # the forward passes of a batch's checkpoints run side by side, one per thread of the budget (torch and
-        # numpy release the GIL; each checkpoint is a policy object of its own, loaded in this thread: torch.export's
-        # loader is not thread-safe)
-        threads = max(1, min(thread_cap(), width, len(policies)))
-        with ThreadPoolExecutor(threads) if threads > 1 else nullcontext() as pool:
-            for lo in range(0, len(policies), width):
-                chunk = list(policies[lo : lo + width])
+        for lo in range(0, len(policies), width):
+            chunk = list(policies[lo : lo + width])
+            for policy, step in chunk:
                 t0 = time.perf_counter()
-                loaded = [self._load(policy) for policy, _ in chunk]
-                w_rows = list(pool.map(self.weights, loaded) if pool is not None else map(self.weights, loaded))
-                each = (time.perf_counter() - t0) / len(chunk)  # the chunk's forward passes, shared equally
-                for (policy, step), w_row in zip(chunk, w_rows, strict=True):
-                    t1 = time.perf_counter()
-                    # every row kept, and no weight so small that weight x probability rounds to 0 (the policy's own
-                    # run would then lose that transition): the policy's DTMC is the MDP's every row, weighted
-                    if batchable and float(w_row.min(initial=1.0)) * p_min > 0:
-                        rec = step_recurrence(spec, replace(m, rewards=self.row_rewards(w_row)))
-                        if rec is not None:
-                            if not pending:
-                                weights = np.empty((m.n_rows, len(chunk)))
-                            weights[:, len(pending)] = w_row
-                            pending.append((policy, step, each + time.perf_counter() - t1, rec))
-                            continue
-                    flush()
-                    induced = self.induced(w_row)
-                    res = _check(self.parts, induced, o)
-                    out.append(self._point(policy, step, induced, res, each + time.perf_counter() - t1))
-                del w_rows, loaded
+                w_row = self.weights(self._load(policy))
+                # every row kept, and no weight so small that weight x probability rounds to 0 (the policy's own
+                # run would then lose that transition): the policy's DTMC is the MDP's every row, weighted
+                if batchable and float(w_row.min(initial=1.0)) * p_min > 0:
+                    rec = step_recurrence(spec, replace(m, rewards=self.row_rewards(w_row)))
+                    if rec is not None:
+                        if not pending:
+                            weights = np.empty((m.n_rows, len(chunk)))
+                        weights[:, len(pending)] = w_row
+                        pending.append((policy, step, time.perf_counter() - t0, rec))
+                        continue
                 flush()
+                induced = self.induced(w_row)
+                res = _check(self.parts, induced, o)
+                out.append(self._point(policy, step, induced, res, time.perf_counter() - t0))
+            flush()
         return out
 
     def _load(self, spec_policy: str) -> Any:
