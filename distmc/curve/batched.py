@@ -3,7 +3,7 @@
 Every checkpoint of a softmax policy induces a DTMC on the MDP's states whose row in state ``s`` is
 ``sum_r w(r) P(r)`` over the MDP rows ``r`` of ``s`` (``w(r)``: the policy's probability of the row's action). A
 step-bounded property (``F<=k``, ``U<=k``, ``C<=k``, ``I=k``) is ``k`` Jacobi steps ``x <- add + P x``
-(:func:`distmc.check.native.step_recurrence`, the recurrence Storm's bounded checks iterate), so ``K``
+(:func:`distmc.check.forms.step_recurrence`, the recurrence Storm's bounded checks iterate), so ``K``
 checkpoints take their steps together on the MDP itself: a value column per checkpoint, a weight column per
 checkpoint (``w`` ``[R, K]``), and one sweep reads each MDP transition (target, probability) once for all ``K``
 columns, with the ``K`` values of its target side by side in memory.
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numba as nb
 import numpy as np
 
-from distmc.check.native import Recurrence
+from distmc.check.forms import Recurrence
 
 __all__ = ["steps_many"]
 
@@ -59,7 +59,7 @@ def steps_many(
     recurrences: Sequence[Recurrence],
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """Each column's :class:`~distmc.check.native.Recurrence` on the MDP weighted by its column; ``[n, K]`` values.
+    """Each column's :class:`~distmc.check.forms.Recurrence` on the MDP weighted by its column; ``[n, K]`` values.
 
     Args:
         row_groups: ``[n + 1]`` int64, the MDP's rows of each state.

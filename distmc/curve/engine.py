@@ -34,7 +34,7 @@ import numpy as np
 from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import to_storm
 from distmc.check.dispatch import check_properties, vector_result
-from distmc.check.native import Recurrence, step_recurrence, unsupported
+from distmc.check.forms import Recurrence, step_recurrence, unsupported
 from distmc.check.result import CheckResult, Precision
 from distmc.curve.batched import steps_many
 from distmc.errors import DistmcError
