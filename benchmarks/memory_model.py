@@ -43,7 +43,7 @@ def one(model: str, const: str, workers: int) -> dict[str, object]:
     from distmc.assemble.reducer import assemble
     from distmc.assemble.storm import to_storm
     from distmc.check.checker import check
-    from distmc.explore.ray import explore_ray
+    from distmc.distributed import explore_ray
     from distmc.pipeline import Job
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)

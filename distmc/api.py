@@ -29,9 +29,9 @@ from distmc.check.native import LocalEngine, at_initial, matrix_of, unsupported,
 from distmc.check.partial import check_partial, close_frontier, frontier_probability, horizon_of, partial_entry
 from distmc.check.properties import PropertySpec
 from distmc.check.result import TRUTH_FILTERS, CheckResult, Precision, result_entry, result_line
+from distmc.distributed.checkpoint import Checkpoint
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError, SlowConvergenceError
 from distmc.explain.report import Explain, summary_lines
-from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, peak_rss_bytes, rss_bytes
 from distmc.explore.local import explore_local
 from distmc.explore.partition import Explored
@@ -40,11 +40,9 @@ from distmc.pipeline import Job, Parts
 from distmc.policy.base import policy_precision
 
 if TYPE_CHECKING:
-    from distmc.curve.curve import CurveReport
-    from distmc.explore.ray.coordinator import RayRows
-    from distmc.shield.build import ShieldReport
+    from distmc.distributed.coordinator import RayRows
 
-__all__ = ["Report", "Session", "VerifyOptions", "curve", "shield", "sweep", "verify"]
+__all__ = ["Report", "Session", "VerifyOptions", "sweep", "verify"]
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +370,7 @@ class _Run:
         horizon = horizon_of(parts.props.specs) if o.horizon_cut else None
         if parts.expander is not None:
             return explore_local(parts.expander, initial, limits=self.limits, progress=o.progress, horizon=horizon)
-        from distmc.explore.ray import explore_ray
+        from distmc.distributed import explore_ray
 
         return explore_ray(self.job, parts.codec, initial, o.workers, address=o.address, limits=self.limits,
                            checkpoint=self.ckpt, progress=o.progress, gpus_per_worker=o.gpus_per_worker,
@@ -768,8 +766,8 @@ class Session:
 
     def close(self) -> None:
         """End the kept actors, and the local Ray the session's runs started."""
-        if "distmc.explore.ray.coordinator" in sys.modules:
-            from distmc.explore.ray import release_workers
+        if "distmc.distributed.coordinator" in sys.modules:
+            from distmc.distributed import release_workers
 
             release_workers()
         ray = sys.modules.get("ray")
@@ -787,19 +785,3 @@ def sweep(model_path: str | Path | None, prop: str | None, variants: Iterable[Ve
     """
     with Session(options, **kw) as s:
         return s.sweep(model_path, prop, variants)
-
-
-def shield(model_path: str | Path, prop: str, delta: float, options: VerifyOptions | None = None,
-           **kw: Any) -> ShieldReport:
-    """Shield the policy until ``prop`` verifies to at most ``delta``: :func:`distmc.shield.build.shield`."""
-    from distmc.shield.build import shield as _shield
-
-    return _shield(model_path, prop, delta, options, **kw)
-
-
-def curve(model_path: str | Path, prop: str, policies: list[str], options: VerifyOptions | None = None,
-          **kw: Any) -> CurveReport:
-    """Verify a training run's checkpoints on one exploration: :func:`distmc.curve.curve.curve`."""
-    from distmc.curve.curve import curve as _curve
-
-    return _curve(model_path, prop, policies, options, **kw)

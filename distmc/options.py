@@ -123,7 +123,7 @@ class VerifyOptions:
             many states.
         max_memory: the same beyond this much memory (bytes, or a size such as ``"8G"``).
         timeout: the same after this long (seconds, or ``"15m"``).
-        checkpoint_dir: write every explored level there (Arrow IPC, :mod:`distmc.explore.checkpoint`); a lost
+        checkpoint_dir: write every explored level there (Arrow IPC, :mod:`distmc.distributed.checkpoint`); a lost
             worker is then replaced and the run goes on. Uses the Ray driver.
         resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
             arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distmc.check.properties import PropertySet, PropertySpec, parse_properties, property_constants
-from distmc.errors import DistmcError
-from distmc.explore.expander import MODES, Expander
+from distmc.explore.expander import Expander
 from distmc.model.kernel import Kernel
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model, load_model, parse_constants
@@ -41,8 +40,6 @@ class Job:
         The Ray driver's own process only routes and assembles (``explorer=False``); its actors explore.
         ``policy``: use this policy instead of loading the job's (a Ray worker's stand-in for a policy server).
         """
-        if self.mode not in MODES:
-            raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
         constants = parse_constants(self.constants)
         declared = property_constants(self.prop)  # the properties' own constants (const int B;) take their --const
         model = load_model(Path(self.model_path), {k: v for k, v in constants.items() if k not in declared})

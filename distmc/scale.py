@@ -274,10 +274,10 @@ def _run(args: argparse.Namespace) -> int:
         from distmc._internal.deps import require
 
         require("matplotlib", f"--plot {args.plot}")
-    from distmc.cli import _example_path, options_from_args
+    from distmc._internal.subcommand import example_path, options_from_args
 
     counts = _parse_counts(args.workers)
-    s = scale(_example_path(args.model), args.prop, counts, repeat=args.repeat,
+    s = scale(example_path(args.model), args.prop, counts, repeat=args.repeat,
               log_run=None if args.quiet else (lambda line: print(line, file=sys.stderr)),
               options=options_from_args(args, skip=("workers", "plot")))  # --plot: the scaling PNG
     print(table(s))

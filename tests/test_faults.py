@@ -186,7 +186,7 @@ def test_live_progress_shows_each_level() -> None:
 
 
 def test_gpu_share() -> None:
-    from distmc.explore.ray import gpu_share
+    from distmc.distributed import gpu_share
 
     assert gpu_share(0, 4) == 0 and gpu_share(1, 4) == 0.25 and gpu_share(8, 4) == 1.0 and gpu_share(1, 1) == 1.0
     assert gpu_share(1, 4, 0) == 0 and gpu_share(0, 4, 0.5) == 0.5

@@ -10,7 +10,7 @@ from tests.test_options import EXAMPLE, IFACE, NET, PROP
 
 pytest.importorskip("ray", reason="the Ray driver needs ray")
 
-from distmc.explore.ray import coordinator  # noqa: E402  (after the skip: it needs ray's package present)
+from distmc.distributed import coordinator  # noqa: E402  (after the skip: it needs ray's package present)
 
 
 def _kept_ids() -> list[str]:

@@ -53,7 +53,7 @@ def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon:
     keys = expander.add_initial(lo, hi)
     steps = 2 * horizon - 1
     if driver == "ray":
-        from distmc.explore.ray import explore_ray
+        from distmc.distributed import explore_ray
 
         sp = expander.splitter
         job = BoxJob(expander.env, sp.net.to_arrays(), expander.faults, expander.init_lo, expander.init_hi,

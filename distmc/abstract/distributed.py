@@ -1,6 +1,6 @@
 """The abstract MDP on distmc's Ray driver: every actor builds its own box expander and owns states by key hash.
 
-:class:`BoxJob` plays the part of :class:`distmc.pipeline.Job` for :func:`distmc.explore.ray.explore_ray`:
+:class:`BoxJob` plays the part of :class:`distmc.pipeline.Job` for :func:`distmc.distributed.explore_ray`:
 it carries what an actor needs to expand any key (the environment with its regions, the network's weights, the fault
 model, the registered initial boxes, the splitting settings) and builds a :class:`BoxExpander` with it. Image and
 cell keys say what their state is (:mod:`distmc.abstract.mdp`), so no registry is shared. The actors split boxes
@@ -84,10 +84,10 @@ class TreePool:
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
         import ray
 
-        if not ray.is_initialized():  # as distmc.explore.ray does: our own Ray unless an address is given
+        if not ray.is_initialized():  # as distmc.distributed does: our own Ray unless an address is given
             address = address or os.environ.get("RAY_ADDRESS") or "local"
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        from distmc.explore.ray.coordinator import release_workers
+        from distmc.distributed.coordinator import release_workers
 
         release_workers()  # explorer actors kept from an earlier run would hold the CPUs these actors need
         self.ray = ray

@@ -1,6 +1,6 @@
 """The distributed checker: each Ray worker checks the rows of the states it owns; no process holds the model.
 
-After a Ray exploration every worker (:class:`~distmc.explore.ray.actor.PartitionActor`) still holds the rows of
+After a Ray exploration every worker (:class:`~distmc.distributed.actor.PartitionActor`) still holds the rows of
 its own states, with global target ids. :func:`build_part` turns them into a :class:`WorkerPart`:
 
 * the worker's ``n`` states in global-id order (its *slots*), one row each (an induced DTMC);
@@ -321,7 +321,7 @@ class WorkerEngine:
     Args:
         part: this worker's part (served: :meth:`WorkerPart.serve` done).
         peers: every worker's Ray actor handle, by rank (``deliver`` and ``mail`` as in
-            :class:`~distmc.explore.ray.actor.PartitionActor`).
+            :class:`~distmc.distributed.actor.PartitionActor`).
         mailbox: where the peers' messages arrive.
         limits: time and memory limits of the run, checked every few steps.
         progress: where the step being done is written (the driver reads it for the live line).

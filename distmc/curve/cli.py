@@ -36,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     """Run ``distmc curve`` with parsed ``args``."""
 
     def body() -> None:
-        from distmc.cli import _example_path, options_from_args
+        from distmc._internal.subcommand import example_path, options_from_args
         from distmc.curve.curve import curve, plot_curve
         from distmc.errors import DistmcError
 
@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
         except ValueError:
             raise DistmcError(f"--steps must be integers separated by commas, not '{args.steps}'") from None
         report = curve(
-            _example_path(args.model),
+            example_path(args.model),
             args.prop,
             list(args.policies),
             options_from_args(args, skip=("json_path", "plot", "steps")),

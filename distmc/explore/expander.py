@@ -27,10 +27,9 @@ from distmc.errors import PolicyError, ResourceLimitError
 from distmc.model.kernel import NO_ACTION, Kernel
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
-from distmc.options import MODES
 from distmc.policy.base import Policy, action_distribution
 
-__all__ = ["MODES", "Expander", "Rows", "gather_rows", "policy_counters"]
+__all__ = ["Expander", "Rows", "gather_rows", "policy_counters"]
 
 
 #: Most rows one state may get from unresolved same-label nondeterminism.
@@ -87,7 +86,10 @@ def gather_rows(order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.
 
 
 class Expander:
-    """Turns packed states into rows of the induced model (stateless between batches)."""
+    """Turns packed states into rows of the induced model (stateless between batches).
+
+    ``mode`` and ``resolve`` are taken as given: :class:`~distmc.options.VerifyOptions` validates them, once.
+    """
 
     def __init__(
         self,
@@ -102,10 +104,6 @@ class Expander:
         resolve: str = "none",
         reward_names: list[str] | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        if resolve not in ("none", "uniform"):
-            raise ValueError(f"resolve must be 'none' or 'uniform', not {resolve!r}")
         self.model, self.kernel, self.codec, self.mode = model, kernel, codec, mode
         self.policy = policy if (mode != "monolithic" and model.model_type == "mdp") else None
         self.terminal = terminal

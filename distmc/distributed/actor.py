@@ -1,6 +1,6 @@
 """A partition of the Ray driver: one actor owning the states whose key hashes to it.
 
-See :mod:`distmc.explore.ray` for the protocol of one level, :mod:`distmc.check.distributed` for the check.
+See :mod:`distmc.distributed` for the protocol of one level, :mod:`distmc.check.distributed` for the check.
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ import numpy as np
 from distmc._internal.jit import set_thread_budget, thread_settings
 from distmc.assemble.reducer import merge_csr_rows
 from distmc.check.kernels import compact_probabilities, expand_probabilities, prob_nbytes
-from distmc.errors import ResourceLimitError
-from distmc.explore.checkpoint import file_digest, write_level
-from distmc.explore.expander import Expander, policy_counters
-from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
-from distmc.explore.ray.exchange import (
+from distmc.distributed.checkpoint import file_digest, write_level
+from distmc.distributed.exchange import (
     OCC_SHIFT,
     _at_least,
     _first_occurrences,
@@ -30,6 +27,9 @@ from distmc.explore.ray.exchange import (
     unpack_ids,
     unpack_increasing,
 )
+from distmc.errors import ResourceLimitError
+from distmc.explore.expander import Expander, policy_counters
+from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
 from distmc.policy.base import policy_precision
@@ -81,7 +81,7 @@ class PartitionActor:
         """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
 
         A kept actor given the same job again, with the same file contents, reuses the parts it built for it.
-        ``server``: a :class:`~distmc.explore.policy_server.PolicyServer` (handle, description) that evaluates the
+        ``server``: a :class:`~distmc.distributed.policy_server.PolicyServer` (handle, description) that evaluates the
         policy for this worker, which then loads none.
         """
         reset_peak_rss()  # the worker's peak in the report is this run's (a kept actor ran others before)
@@ -91,7 +91,7 @@ class PartitionActor:
         if stamp is not None and built is not None and built[0] == stamp:
             self.parts = built[1]
         elif server is not None:
-            from distmc.explore.policy_server import RemotePolicy
+            from distmc.distributed.policy_server import RemotePolicy
 
             self.parts = job.build(policy=RemotePolicy(*server))
         else:
@@ -314,7 +314,7 @@ class PartitionActor:
     def lookup(self, *batches: Any) -> tuple[int, int, np.ndarray]:
         """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it.
 
-        Returned packed (:func:`~distmc.explore.ray.exchange.pack_increasing`), as :meth:`answer` takes the new
+        Returned packed (:func:`~distmc.distributed.exchange.pack_increasing`), as :meth:`answer` takes the new
         states' global ids.
         """
         t = time.perf_counter()
@@ -362,7 +362,7 @@ class PartitionActor:
         """Source side: turn the pending rows' successor keys into global ids, and keep the rows.
 
         ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it
-        (:func:`~distmc.explore.ray.exchange.pack_ids`). With a checkpoint directory the level's rows and new states
+        (:func:`~distmc.distributed.exchange.pack_ids`). With a checkpoint directory the level's rows and new states
         go to disk (:func:`write_level`) instead of staying in memory. Returns the level's transitions and policy states, and this process's memory.
         """
         t = time.perf_counter()
@@ -464,7 +464,7 @@ class PartitionActor:
         ``owner_by_gid``: ``[N]`` the owner of every state (the restored actors know only their own states' keys).
         """
         from distmc.check.distributed import own_slots
-        from distmc.explore.checkpoint import read_rows
+        from distmc.distributed.checkpoint import read_rows
 
         own = np.sort(self.gids[: self.visited.size])
         for rows, rewards, flags in read_rows(directory, level):

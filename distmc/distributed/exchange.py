@@ -1,6 +1,6 @@
 """The exchange between the Ray workers: owners by hash, keys as Arrow batches, rows placed in global order.
 
-See :mod:`distmc.explore.ray` for the protocol of one level.
+See :mod:`distmc.distributed` for the protocol of one level.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The driver's side of a Ray run: the actors, the level loop, recovery, kept actors.
 
-See :mod:`distmc.explore.ray` for the protocol of one level.
+See :mod:`distmc.distributed` for the protocol of one level.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 from distmc._internal.jit import budget_env
 from distmc.check.checker import MAX_ITERATIONS
 from distmc.check.result import Precision
+from distmc.distributed.actor import PartitionActor, _job_stamp
+from distmc.distributed.checkpoint import Checkpoint
+from distmc.distributed.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
 from distmc.errors import DistmcError, ResourceLimitError, WorkerError
 from distmc.explain.values import RISKIEST
-from distmc.explore.checkpoint import Checkpoint
 from distmc.explore.limits import Interrupt, LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
-from distmc.explore.ray.actor import PartitionActor, _job_stamp
-from distmc.explore.ray.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
 from distmc.model.packing import StateCodec
 from distmc.options import check_gpu_share, check_ray_resources
 from distmc.pipeline import Job
@@ -201,7 +201,7 @@ def explore_ray(
             one; so a lone actor on this machine uses every core, and W actors one core each when W >= cores).
         policy_servers: 0: every actor loads its own policy replica; S > 0: S policy-server actors each load one
             (a GPU each where the cluster has them) and serve the workers' batches
-            (:mod:`distmc.explore.policy_server`).
+            (:mod:`distmc.distributed.policy_server`).
         rows_stay: keep the rows on the actors (no row comes to this process during the run) and return a
             :class:`RayRows` instead of an :class:`Explored`: the caller then checks on the actors
             (:meth:`RayRows.check`) or gathers the rows (:meth:`RayRows.gather`), and closes it.
@@ -300,7 +300,7 @@ class _RayRun:
 
     def start_servers(self, gpus: float) -> list[tuple[Any, dict[str, Any]]]:
         """Start this run's policy servers (none unless ``policy_servers``); (handle, description) of each."""
-        from distmc.explore.policy_server import PolicyServer
+        from distmc.distributed.policy_server import PolicyServer
 
         self.kill_servers()
         s = self.policy_servers

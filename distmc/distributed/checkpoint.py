@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from distmc.distributed.arrowio import keys_from_arrow, keys_to_arrow, read_table, write_table
 from distmc.errors import DistmcError
-from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow, read_table, write_table
 from distmc.explore.priority import PRIORITY_CHECKPOINT
 from distmc.pipeline import Job
 
@@ -258,7 +258,7 @@ class Checkpoint:
         return np.concatenate(keys), np.concatenate(gids), np.concatenate(levels)
 
     def results(self) -> list[dict[str, Any]]:
-        """The committed levels in the form :func:`distmc.explore.ray.exchange.gather` takes (one per file set)."""
+        """The committed levels in the form :func:`distmc.distributed.exchange.gather` takes (one per file set)."""
         keys, gids, _ = self.states()
         out: list[dict[str, Any]] = [{
             "gids": gids, "keys": keys, "row_state": _EMPTY, "row_action": _EMPTY, "counts": _EMPTY,
