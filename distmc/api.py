@@ -30,7 +30,7 @@ from distmc.check.partial import check_partial, close_frontier, frontier_probabi
 from distmc.check.properties import PropertySpec
 from distmc.check.result import TRUTH_FILTERS, CheckResult, Precision, result_entry, result_line
 from distmc.distributed.checkpoint import Checkpoint
-from distmc.errors import DistmcError, PropertyError, ResourceLimitError, SlowConvergenceError
+from distmc.errors import CheckpointError, PropertyError, ResourceLimitError, SlowConvergenceError, UsageError
 from distmc.explain.report import Explain, summary_lines
 from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, peak_rss_bytes, rss_bytes
 from distmc.explore.local import explore_local
@@ -147,11 +147,11 @@ def _resumed_job(saved: Job, given: Job, model_path: object, prop: object) -> Jo
     if model_path is None and prop is None:
         return saved
     if model_path is not None and Path(str(model_path)).resolve() != Path(saved.model_path).resolve():
-        raise DistmcError(f"--resume: the checkpoint is of {saved.model_path}, not {model_path}")
+        raise CheckpointError(f"--resume: the checkpoint is of {saved.model_path}, not {model_path}")
     if prop is not None and given.prop != saved.prop:
-        raise DistmcError(f"--resume: the checkpointed run checks {saved.prop!r}, not {given.prop!r}")
+        raise CheckpointError(f"--resume: the checkpointed run checks {saved.prop!r}, not {given.prop!r}")
     if given.constants is not None and given.constants != saved.constants:
-        raise DistmcError(f"--resume: the checkpointed run has constants {saved.constants!r}, not {given.constants!r}")
+        raise CheckpointError(f"--resume: the checkpointed run has constants {saved.constants!r}, not {given.constants!r}")
     return saved
 
 
@@ -328,7 +328,7 @@ class _Run:
         texts = ([prop] if prop is not None else []) + list(o.props)
         prop = "; ".join(texts) if texts else None
         if o.resume is None and (model_path is None or prop is None):
-            raise DistmcError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
+            raise UsageError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
         prec = Precision.from_options(o.precision, o.precision_abs, o.exact, o.sound_mdp)
         o.check_rounds()
         limits = Limits(o.max_states, parse_memory(o.max_memory), parse_duration(o.timeout))
@@ -347,7 +347,7 @@ class _Run:
         specs = parts.props.specs
         explain = Explain(o.traces, o.values, None if o.width is not None else o.plot, o.plot_vars)  # --width: its own
         if explain.active and len(specs) > 1:
-            raise DistmcError("--traces, --values and --plot explain one property: give one --prop with them")
+            raise UsageError("--traces, --values and --plot explain one property: give one --prop with them")
         explain.validate(parts)
         if o.checkpoint_dir is not None and ckpt is None:
             ckpt = Checkpoint.create(o.checkpoint_dir, job, parts.codec.dtype, parts.reward_names, checker=checker)
@@ -355,7 +355,7 @@ class _Run:
         # --values alone works on the workers (each writes its part); traces and the picture need the whole model
         run.values_on_workers = checker == "distributed" and explain.wants_values and not o.traces and o.plot is None
         if checker == "distributed" and explain.active and not run.values_on_workers:
-            raise DistmcError("--traces and --plot work on the model gathered to this process: use --checker auto, "
+            raise UsageError("--traces and --plot work on the model gathered to this process: use --checker auto, "
                               "storm or native with them (--values alone works with --checker distributed: each "
                               "worker writes its part of the table)")
         run.rows_stay = (run.driver == "ray" and checker in ("auto", "distributed") and o.export_path is None
@@ -398,7 +398,7 @@ class _Run:
         if saved is not None and saved.is_file():  # --resume: go on from what the last run explored
             explorer = PriorityExplorer.load(saved, parts.expander)
             if o.order is not None and explorer.order != o.order:
-                raise DistmcError(f"--resume: the checkpointed run explored in {explorer.order} order, not {o.order}")
+                raise CheckpointError(f"--resume: the checkpointed run explored in {explorer.order} order, not {o.order}")
             order = explorer.order
         else:
             explorer = PriorityExplorer(parts.expander, parts.codec.pack(parts.model.initial_states), order)
@@ -540,7 +540,7 @@ class _Run:
         if explain.active:  # traces and depths need the transitions, which the hand-off to Storm may release
             explain.before_check(induced, parts, self.job, phase=clock.start)
         if o.exact and induced.n_transitions > EXACT_MAX_TRANSITIONS:
-            raise DistmcError(f"--exact: the induced model has {induced.n_transitions} transitions, more than the "
+            raise UsageError(f"--exact: the induced model has {induced.n_transitions} transitions, more than the "
                               f"exact engine's limit of {EXACT_MAX_TRANSITIONS}; run without --exact for a sound "
                               "bound")
         asked = self.checker if self.checker != "auto" or self.driver == "local" else "storm"  # Ray's auto: fits

@@ -8,7 +8,6 @@ layer of the longest prefix of its name in :data:`LAYERS`; it may import its own
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "distmc"

@@ -13,7 +13,7 @@ import distmc.api
 import distmc.scale
 from distmc.api import Report, Session, sweep, verify
 from distmc.cli import _parser, main, options_from_args
-from distmc.errors import DistmcError
+from distmc.errors import DistmcError, UsageError
 from distmc.options import VerifyOptions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,9 +73,9 @@ def test_frozen_and_replace_validates_again() -> None:
     ({"resume": "a", "checkpoint_dir": "b"}, "do not give another --checkpoint-dir"),
 ])
 def test_validation_errors(kw: dict[str, Any], message: str) -> None:
-    with pytest.raises(DistmcError, match=message):
+    with pytest.raises(UsageError, match=message):
         VerifyOptions(**kw)
-    with pytest.raises(DistmcError, match=message):  # the same from verify's keywords, before any parsing
+    with pytest.raises(UsageError, match=message):  # the same from verify's keywords, before any parsing
         verify("no-such-model.prism", PROP, **kw)
 
 

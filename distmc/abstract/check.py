@@ -58,7 +58,7 @@ def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon:
         sp = expander.splitter
         job = BoxJob(expander.env, sp.net.to_arrays(), expander.faults, expander.init_lo, expander.init_hi,
                      sp.max_splits, sp.method)
-        parts = explore_ray(job, KeyCodec(), keys, workers, address=address)  # type: ignore[arg-type]
+        parts = explore_ray(job, KeyCodec(), keys, workers, address=address)
         ids = parts.initial
     else:
         parts, ids = explore_bounded(expander, keys, steps)

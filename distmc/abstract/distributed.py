@@ -11,8 +11,7 @@ those within the horizon); the bounded properties read the same values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from types import SimpleNamespace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,16 @@ from distmc.abstract.mdp import BoxExpander, KeyCodec
 from distmc.abstract.network import Network
 from distmc.abstract.split import Splitter
 
-__all__ = ["BoxJob", "KeyCodec", "TreePool"]
+__all__ = ["BoxJob", "BoxParts", "KeyCodec", "TreePool"]
+
+
+@dataclass(frozen=True)
+class BoxParts:
+    """What a :class:`BoxJob` builds (:class:`~distmc.explore.contracts.WorkerParts`); its rows carry no rewards."""
+
+    expander: BoxExpander | None
+    codec: KeyCodec
+    reward_names: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -41,14 +49,14 @@ class BoxJob:
     max_splits: int
     method: str
 
-    def build(self, *, explorer: bool = True) -> Any:
-        """The actor's parts: ``expander`` and ``codec``."""
+    def build(self, *, explorer: bool = True) -> BoxParts:
+        """The actor's parts: the box expander (with the initial boxes registered) and the key codec."""
         env = self.env
         splitter = Splitter(Network.from_arrays(self.layers), env.arrays()["cell"], self.max_splits,
                             method=self.method, use_cache=False)
         expander = BoxExpander(env, splitter, self.faults)
         expander.add_initial(self.init_lo, self.init_hi)
-        return SimpleNamespace(expander=expander if explorer else None, codec=KeyCodec())
+        return BoxParts(expander if explorer else None, KeyCodec())
 
 
 class _TreeWorker:

@@ -29,7 +29,7 @@ from distmc.abstract.network import Network
 from distmc.abstract.simulate import validate as validate_boxes
 from distmc.abstract.split import Splitter
 from distmc.abstract.tree import TreeBounds
-from distmc.errors import DistmcError, PolicyError, PropertyError
+from distmc.errors import PolicyError, PropertyError, UsageError
 
 __all__ = ["ABSTRACTIONS", "Analysis", "analyse", "bisect"]
 
@@ -183,13 +183,13 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
     step's time per box (the steps' costs grow with their number of new boxes); the report says so.
     """
     if driver not in ("local", "ray"):
-        raise DistmcError(f"driver must be 'local' or 'ray', not '{driver}'")
+        raise UsageError(f"driver must be 'local' or 'ray', not '{driver}'")
     if abstraction not in ABSTRACTIONS:
-        raise DistmcError(f"abstraction must be one of {', '.join(ABSTRACTIONS)}, not '{abstraction}'")
+        raise UsageError(f"abstraction must be one of {', '.join(ABSTRACTIONS)}, not '{abstraction}'")
     max_splits = MAX_SPLITS[abstraction] if max_splits is None else max_splits
     workers = default_workers(abstraction, driver) if workers is None else workers
     if refine < 0 or not 0.0 <= threshold <= 1.0 or not 0.0 < min_size <= 1.0 or max_splits < 0 or validate < 0:
-        raise DistmcError("need --refine >= 0, 0 <= --threshold <= 1, 0 < --min-size <= 1, --max-splits >= 0 and "
+        raise UsageError("need --refine >= 0, 0 <= --threshold <= 1, 0 < --min-size <= 1, --max-splits >= 0 and "
                           "--validate >= 0")
     a = env.arrays()
     width = a["init_hi"] - a["init_lo"]

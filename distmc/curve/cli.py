@@ -38,7 +38,7 @@ def main(args: argparse.Namespace) -> int:
     def body() -> None:
         from distmc._internal.subcommand import example_path, options_from_args
         from distmc.curve.curve import curve, plot_curve
-        from distmc.errors import DistmcError
+        from distmc.errors import UsageError
 
         if args.plot:
             from distmc._internal.deps import require
@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             steps = None if args.steps is None else [int(s) for s in args.steps.split(",")]
         except ValueError:
-            raise DistmcError(f"--steps must be integers separated by commas, not '{args.steps}'") from None
+            raise UsageError(f"--steps must be integers separated by commas, not '{args.steps}'") from None
         report = curve(
             example_path(args.model),
             args.prop,

@@ -27,11 +27,12 @@ from distmc.distributed.exchange import (
     unpack_ids,
     unpack_increasing,
 )
-from distmc.errors import ResourceLimitError
+from distmc.errors import ResourceLimitError, UsageError
+from distmc.explore.contracts import Rows, WorkerJob, WorkerParts
 from distmc.explore.expander import Expander, policy_counters
 from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
 from distmc.explore.visited import VisitedSet
-from distmc.pipeline import Job
+from distmc.pipeline import Job, Parts
 from distmc.policy.base import policy_precision
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def _expanded(row: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
     return (*row[:3], row[3].astype(np.int64, copy=False), expand_probabilities(row[4]))
 
 
-def _job_stamp(job: Any) -> tuple[Any, ...] | None:
+def _job_stamp(job: WorkerJob) -> tuple[Any, ...] | None:
     """What makes a job's parts reusable: the job and its files' contents (SHA-256; None: never reuse)."""
     if not isinstance(job, Job):
         return None
@@ -64,7 +65,7 @@ def _job_stamp(job: Any) -> tuple[Any, ...] | None:
 class PartitionActor:
     """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows."""
 
-    def __init__(self, job: Job, rank: int, workers: int, batch_states: int, threads: int,
+    def __init__(self, job: WorkerJob, rank: int, workers: int, batch_states: int, threads: int,
                  checkpoint_dir: str | None = None, limits: Limits | None = None, start: float | None = None,
                  server: tuple[Any, dict[str, Any]] | None = None) -> None:
         # One node's cores are shared by the actors on it: the thread budget. The process started with its pools
@@ -75,7 +76,7 @@ class PartitionActor:
         self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start, server)
         VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
 
-    def setup(self, job: Job, rank: int, workers: int, batch_states: int, checkpoint_dir: str | None = None,
+    def setup(self, job: WorkerJob, rank: int, workers: int, batch_states: int, checkpoint_dir: str | None = None,
               limits: Limits | None = None, start: float | None = None,
               server: tuple[Any, dict[str, Any]] | None = None) -> None:
         """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
@@ -88,17 +89,19 @@ class PartitionActor:
         self.clock0 = (time.perf_counter(), time.process_time())  # this run's wall and CPU time start here
         stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server
         built = self.__dict__.get("built")
+        self.parts: WorkerParts
         if stamp is not None and built is not None and built[0] == stamp:
             self.parts = built[1]
-        elif server is not None:
+        elif server is not None and isinstance(job, Job):  # only a PRISM job has a policy to serve
             from distmc.distributed.policy_server import RemotePolicy
 
             self.parts = job.build(policy=RemotePolicy(*server))
         else:
             self.parts = job.build()
-        self.built: tuple[Any, Any] | None = (stamp, self.parts)
-        assert self.parts.expander is not None
-        self.expander = self.parts.expander
+        self.built: tuple[Any, WorkerParts] | None = (stamp, self.parts)
+        expander = self.parts.expander
+        assert expander is not None  # built with the explorer
+        self.expander = expander
         self.codec = self.parts.codec
         self.rank, self.workers, self.batch_states = rank, workers, batch_states
         self.visited = VisitedSet(self.codec.dtype)
@@ -109,7 +112,7 @@ class PartitionActor:
         self.rewards: list[dict[str, np.ndarray]] = []
         self.shipped_transitions = self.shipped_bytes = 0  # rows handed over by take()
         self.flags: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (gids, loop, deadlock) of expanded states
-        self.pending: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (rows, source gids, level-unique target ids)
+        self.pending: list[tuple[Rows, np.ndarray, np.ndarray]] = []  # (rows, source gids, level-unique target ids)
         self.sent: list[np.ndarray] = []
         self.n_unique = 0
         self.asked: list[np.ndarray] = []  # per source: local ids of the keys it asked about, in its order
@@ -236,7 +239,7 @@ class PartitionActor:
         self.stats["expand_s"] += time.perf_counter() - t - t_lookup - t_store
         return dict(self._level_done(level, transitions), new=int(self.new_keys.shape[0]))
 
-    def _expand_batch(self, keys: np.ndarray) -> Any:
+    def _expand_batch(self, keys: np.ndarray) -> Rows:
         """Rows of one batch of frontier states, with the per-batch limit check."""
         rows = self.expander.expand(keys)
         self.policy_states += rows.policy_states
@@ -247,7 +250,7 @@ class PartitionActor:
                 raise ResourceLimitError(why)
         return rows
 
-    def _keep(self, gids: np.ndarray, rows: Any, target: np.ndarray) -> None:
+    def _keep(self, gids: np.ndarray, rows: Rows, target: np.ndarray) -> None:
         """Keep a batch's rows (sources ``gids``) with their global target ids, merged.
 
         Each row's branches are sorted by target and duplicates added up here, as the reducer would (the same
@@ -479,6 +482,13 @@ class PartitionActor:
 
     # -- the distributed check (distmc.check.distributed) --------------------------------------------------------
 
+    @property
+    def prism(self) -> Parts:
+        """The parts of a PRISM job, which the distributed check needs (model, properties, the packing of states)."""
+        if not isinstance(self.parts, Parts):
+            raise UsageError("the distributed check runs on a PRISM model's job (the box front end checks in-process)")
+        return self.parts
+
     def check_plan(self, n_initial: int, n_total: int) -> Any:
         """Turn the kept rows into this worker's part of the induced DTMC; per owner, the global ids it needs.
 
@@ -506,7 +516,7 @@ class PartitionActor:
                 raise AssertionError("a row points to a state this worker never asked about")
             return owners[pos]
 
-        parts = self.parts
+        parts = self.prism
         gids, keys = self.gids[: self.visited.size].copy(), self.visited.keys_by_id()
         rows, rewards, flags = self.rows, self.rewards, self.flags
         self.rows, self.rewards, self.flags = [], [], []
@@ -550,7 +560,7 @@ class PartitionActor:
 
         t = time.perf_counter()
         engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
-        part, parts = self.part, self.parts
+        part, parts = self.part, self.prism
         init = part.initial
         checks = []
         try:
@@ -589,7 +599,7 @@ class PartitionActor:
         init = self.part.initial
         checks = []
         try:
-            for spec in self.parts.props.specs:
+            for spec in self.prism.props.specs:
                 t_spec = time.perf_counter()
                 values_, lower, upper = values_of(engine, self.part, spec, precision, max_iterations)
                 checks.append({"value": values_[init], "lower": lower[init], "upper": upper[init],
@@ -611,7 +621,7 @@ class PartitionActor:
         from distmc.explain.values import RISKIEST, depth_from_levels, riskiest, value_columns, write_values_part
 
         t = time.perf_counter()
-        part, parts = self.part, self.parts
+        part, parts = self.part, self.prism
         states = parts.codec.unpack(part.keys)
         depth = depth_from_levels(part.gids, level_starts)
         write_values_part(directory, self.rank, value_columns(parts.model, states, {"value": vec}, depth))

@@ -19,11 +19,11 @@ from distmc.check.result import Precision
 from distmc.distributed.actor import PartitionActor, _job_stamp
 from distmc.distributed.checkpoint import Checkpoint
 from distmc.distributed.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
-from distmc.errors import DistmcError, ResourceLimitError, WorkerError
+from distmc.errors import CheckpointError, DistmcError, ResourceLimitError, UsageError, WorkerError
 from distmc.explain.values import RISKIEST
+from distmc.explore.contracts import KeyCodec, WorkerJob
 from distmc.explore.limits import Interrupt, LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
-from distmc.model.packing import StateCodec
 from distmc.options import check_gpu_share, check_ray_resources
 from distmc.pipeline import Job
 
@@ -156,8 +156,8 @@ class _WorkerLost(Exception):
 
 
 def explore_ray(
-    job: Job,
-    codec: StateCodec,
+    job: WorkerJob,
+    codec: KeyCodec,
     initial_keys: np.ndarray,
     workers: int,
     *,
@@ -237,7 +237,7 @@ def explore_ray(
 class _RayRun:
     """The driver's side of one distributed exploration: actors, the level loop, recovery."""
 
-    def __init__(self, ray: Any, job: Job, codec: StateCodec, workers: int, batch_states: int, limits: Limits,
+    def __init__(self, ray: Any, job: WorkerJob, codec: KeyCodec, workers: int, batch_states: int, limits: Limits,
                  checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
                  gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
                  policy_servers: int = 0, rows_stay: bool = False) -> None:
@@ -324,6 +324,8 @@ class _RayRun:
                 log.info("kept policy servers not reusable; starting new ones")
         if kept is not None:
             _kill(kept[1])
+        if not isinstance(self.job, Job):
+            raise UsageError("policy servers run a PRISM model's policy: the box abstraction has none")
         self.servers = [self.ray.remote(**opts)(PolicyServer).remote(self.job) for _ in range(s)]
         infos = self.started([x.describe.remote() for x in self.servers], f"the {s} policy servers", "a policy server")
         return list(zip(self.servers, infos, strict=True))
@@ -473,7 +475,7 @@ class _RayRun:
         self.depth, self.n, self.transitions = ckpt.level, m["states"], m["transitions"]
         self.policy_states, self.policy_calls = m["policy_states"], m["policy_calls"]
         if gids.shape[0] != self.n:
-            raise DistmcError(f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, "
+            raise CheckpointError(f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, "
                               f"{self.n} in meta.json")
         self.n_initial = int((levels == 0).sum())
         self.level_starts = [int(gids[levels == lv].min()) for lv in range(int(levels.max(initial=0)) + 1)
