@@ -32,7 +32,7 @@ from distmc.check.result import TRUTH_FILTERS, CheckResult, Precision, result_en
 from distmc.distributed.checkpoint import Checkpoint
 from distmc.errors import CheckpointError, PropertyError, ResourceLimitError, SlowConvergenceError, UsageError
 from distmc.explain.report import Explain, summary_lines
-from distmc.explore.limits import Limits, available_bytes, parse_duration, parse_memory, peak_rss_bytes, rss_bytes
+from distmc.explore.limits import Limits, available_bytes, peak_rss_bytes, rss_bytes
 from distmc.explore.local import explore_local
 from distmc.explore.partition import Explored
 from distmc.options import VerifyOptions, merged
@@ -329,13 +329,12 @@ class _Run:
         prop = "; ".join(texts) if texts else None
         if o.resume is None and (model_path is None or prop is None):
             raise UsageError("a model and a property are needed (or --resume DIR to continue a checkpointed run)")
-        prec = Precision.from_options(o.precision, o.precision_abs, o.exact, o.sound_mdp)
+        prec = o.check_precision
         o.check_rounds()
-        limits = Limits(o.max_states, parse_memory(o.max_memory), parse_duration(o.timeout))
+        limits = o.limits
         clock = PhaseClock(o.phases)
         clock.start("parsing")
-        job = Job(str(model_path), str(prop), o.constants, o.policy, o.interface, o.mode, o.threshold, o.resolve,
-                  o.trust_policy, o.policy_dtype)
+        job = Job.of(str(model_path), str(prop), o)
         ckpt: Checkpoint | None = None
         checker = o.checker
         if o.resume is not None:
@@ -372,11 +371,9 @@ class _Run:
             return explore_local(parts.expander, initial, limits=self.limits, progress=o.progress, horizon=horizon)
         from distmc.distributed import explore_ray
 
-        return explore_ray(self.job, parts.codec, initial, o.workers, address=o.address, limits=self.limits,
-                           checkpoint=self.ckpt, progress=o.progress, gpus_per_worker=o.gpus_per_worker,
-                           threads_per_worker=o.threads_per_worker,
-                           policy_servers=o.policy_servers if parts.uses_policy else 0, rows_stay=self.rows_stay,
-                           horizon=horizon)
+        where = o.ray if parts.uses_policy else dataclasses.replace(o.ray, policy_servers=0)  # no policy to serve
+        return explore_ray(self.job, parts.codec, initial, where, limits=self.limits, checkpoint=self.ckpt,
+                           progress=o.progress, rows_stay=self.rows_stay, horizon=horizon)
 
     def rounds(self) -> tuple[Report, InducedModel]:
         """Explore in rounds in a priority order (:mod:`distmc.explore.priority`), checking after each round.

@@ -21,12 +21,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distmc.errors import UsageError
 
-__all__ = ["CHECKERS", "DRIVERS", "MODES", "VerifyOptions", "check_gpu_share", "check_ray_resources",
+if TYPE_CHECKING:
+    from distmc.check.result import Precision
+    from distmc.explore.limits import Limits
+
+__all__ = ["CHECKERS", "DRIVERS", "MODES", "RaySettings", "VerifyOptions", "check_gpu_share", "check_ray_resources",
            "export_suffix_error", "merged"]
 
 MODES = ("stochastic", "deterministic", "monolithic")
@@ -63,6 +68,28 @@ def check_ray_resources(threads_per_worker: int | None, policy_servers: int) -> 
         raise UsageError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
     if policy_servers < 0:
         raise UsageError(f"--policy-servers must be 0 or more, not {policy_servers}")
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """Where a Ray run runs: the part of :class:`VerifyOptions` the Ray driver takes, validated when made.
+
+    The fields mean what :class:`VerifyOptions`' fields of the same names mean; ``VerifyOptions.ray`` is the one
+    of a run, and the box front end (:mod:`distmc.abstract`) makes its own.
+    """
+
+    workers: int = 1
+    address: str | None = None
+    gpus_per_worker: float | None = None
+    threads_per_worker: int | None = None
+    policy_servers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, not {self.workers}")
+        check_ray_resources(self.threads_per_worker, self.policy_servers)
+        if self.gpus_per_worker is not None:
+            check_gpu_share(self.gpus_per_worker)
 
 
 def _text(value: str | Path | None) -> str | None:
@@ -214,14 +241,7 @@ class VerifyOptions:
         self._validate()
 
     def _validate(self) -> None:
-        from distmc.check.result import Precision
-        from distmc.explore.limits import parse_duration, parse_memory
-
-        if self.workers < 1:
-            raise UsageError(f"--workers must be at least 1, not {self.workers}")
-        check_ray_resources(self.threads_per_worker, self.policy_servers)
-        if self.gpus_per_worker is not None:
-            check_gpu_share(self.gpus_per_worker)
+        self.ray  # noqa: B018 - made (and so validated) once, here
         if self.order is not None and self.order not in ("mass", "bfs"):
             raise UsageError(f"--order must be mass or bfs, not '{self.order}'")
         if self.width is not None and not (0.0 <= self.width < float("inf")):
@@ -239,11 +259,10 @@ class VerifyOptions:
             raise UsageError(f"--resolve must be 'none' or 'uniform', not '{self.resolve}'")
         if not 0.0 <= self.threshold < 1.0:
             raise UsageError(f"--threshold must be in [0, 1), not {self.threshold}")
-        Precision.from_options(self.precision, self.precision_abs, self.exact, self.sound_mdp)
+        self.check_precision  # noqa: B018
         if self.exact and self.checker in ("native", "distributed"):
             raise UsageError(f"--exact checks with Storm's exact engine: not with --checker {self.checker}")
-        parse_memory(self.max_memory)
-        parse_duration(self.timeout)
+        self.limits  # noqa: B018
         if self.traces < 0:
             raise UsageError(f"--traces must be 0 or more, not {self.traces}")
         if self.plot_vars is not None and self.plot is None:
@@ -286,7 +305,27 @@ class VerifyOptions:
             raise UsageError("--checker distributed leaves the model on the workers: to export it (or keep it), "
                               "use --checker storm or native, which gather it into this process")
 
-    # -- what the run derives from them ------------------------------------------------------------------------
+    # -- what the run derives from them (each made once, when the options are: that validates them) ------------
+
+    @cached_property
+    def ray(self) -> RaySettings:
+        """The Ray driver's options: workers, address, GPU share, threads and policy servers."""
+        return RaySettings(self.workers, self.address, self.gpus_per_worker, self.threads_per_worker,
+                           self.policy_servers)
+
+    @cached_property
+    def check_precision(self) -> Precision:
+        """What the checkers are asked for (``precision``, ``precision_abs``, ``exact``, ``sound_mdp``)."""
+        from distmc.check.result import Precision
+
+        return Precision.from_options(self.precision, self.precision_abs, self.exact, self.sound_mdp)
+
+    @cached_property
+    def limits(self) -> Limits:
+        """The exploration's limits (``max_states``, ``max_memory``, ``timeout``), parsed."""
+        from distmc.explore.limits import Limits, parse_duration, parse_memory
+
+        return Limits(self.max_states, parse_memory(self.max_memory), parse_duration(self.timeout))
 
     @property
     def run_driver(self) -> str:

@@ -14,6 +14,7 @@ from distmc.explore.expander import Expander
 from distmc.model.kernel import Kernel
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model, load_model, parse_constants
+from distmc.options import VerifyOptions
 from distmc.policy import Policy, load_policy, require_packages
 
 __all__ = ["Job", "Parts"]
@@ -33,6 +34,13 @@ class Job:
     resolve: str = "none"
     trust_policy: bool = False
     policy_dtype: str = "float64"  # the network's arithmetic (distmc.policy.batched)
+
+    @classmethod
+    def of(cls, model_path: str, prop: str, options: VerifyOptions) -> Job:
+        """The job of a run of ``prop`` on ``model_path`` with ``options`` (validated already: they are made so)."""
+        o = options
+        return cls(model_path, prop, o.constants, o.policy, o.interface, o.mode, o.threshold, o.resolve,
+                   o.trust_policy, o.policy_dtype)
 
     def build(self, *, explorer: bool = True, policy: Policy | None = None) -> Parts:
         """Parse the model and property; with ``explorer``, also load the policy and compile the kernel.

@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("distmc",),  # the package: its lazily loaded public names
 ]
 
+
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -85,8 +86,12 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_no_module_imports_upward() -> None:
-    upward = [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
-              for a, targets in GRAPH.items() for b in sorted(targets) if layer_of(b) > layer_of(a)]
+    upward = [
+        f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+        for a, targets in GRAPH.items()
+        for b in sorted(targets)
+        if layer_of(b) > layer_of(a)
+    ]
     assert not upward, "imports against the layers:\n" + "\n".join(upward)
 
 

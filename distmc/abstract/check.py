@@ -18,6 +18,7 @@ from distmc.assemble.reducer import InducedModel, _merge_chunks
 from distmc.assemble.storm import to_storm
 from distmc.check.checker import value_vector
 from distmc.errors import PropertyError
+from distmc.options import RaySettings
 
 __all__ = ["check_bounds"]
 
@@ -58,7 +59,7 @@ def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon:
         sp = expander.splitter
         job = BoxJob(expander.env, sp.net.to_arrays(), expander.faults, expander.init_lo, expander.init_hi,
                      sp.max_splits, sp.method)
-        parts = explore_ray(job, KeyCodec(), keys, workers, address=address)
+        parts = explore_ray(job, KeyCodec(), keys, RaySettings(workers, address))
         ids = parts.initial
     else:
         parts, ids = explore_bounded(expander, keys, steps)

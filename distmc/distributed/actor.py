@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from distmc.policy.base import policy_precision
 if TYPE_CHECKING:
     from distmc.check.result import Precision
 
-__all__ = ["PartitionActor"]
+__all__ = ["PartitionActor", "WorkerSetup"]
 
 def _compact(target: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, Any]:
     """A kept row chunk's branches as the actor holds them until the end: 4 + 2 B a branch where it may.
@@ -62,29 +63,50 @@ def _job_stamp(job: WorkerJob) -> tuple[Any, ...] | None:
     return (job, *(file_digest(path) for path in (job.model_path, job.policy, job.interface)))
 
 
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What one actor of a run is told besides its job: its place among the workers and the run's settings.
+
+    Attributes:
+        rank: this worker's number, ``0 .. workers - 1`` (it owns the states ``owner_of`` maps to it).
+        workers: the run's number of workers.
+        batch_states: states per expansion batch.
+        checkpoint_dir: where each level's files go (None: no checkpoint).
+        limits: the run's limits; a worker checks time and its share of the memory after every batch.
+        start: when the run started (``time.time()``), for the timeout.
+        server: a policy server (handle, description) that evaluates the policy for this worker (None: its own).
+    """
+
+    rank: int
+    workers: int
+    batch_states: int
+    checkpoint_dir: str | None = None
+    limits: Limits | None = None
+    start: float | None = None
+    server: tuple[Any, dict[str, Any]] | None = None
+
+
 class PartitionActor:
     """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows."""
 
-    def __init__(self, job: WorkerJob, rank: int, workers: int, batch_states: int, threads: int,
-                 checkpoint_dir: str | None = None, limits: Limits | None = None, start: float | None = None,
-                 server: tuple[Any, dict[str, Any]] | None = None) -> None:
+    def __init__(self, job: WorkerJob, ws: WorkerSetup, threads: int) -> None:
         # One node's cores are shared by the actors on it: the thread budget. The process started with its pools
         # sized to it (budget_env); numba's count is also set per thread, here and in ready(), which runs on the
         # thread Ray runs this actor's calls on (not this one: the actor has a concurrency group).
         self.threads = threads
         set_thread_budget(threads)
-        self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start, server)
+        self.setup(job, ws)
         VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
 
-    def setup(self, job: WorkerJob, rank: int, workers: int, batch_states: int, checkpoint_dir: str | None = None,
-              limits: Limits | None = None, start: float | None = None,
-              server: tuple[Any, dict[str, Any]] | None = None) -> None:
+    def setup(self, job: WorkerJob, ws: WorkerSetup) -> None:
         """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
 
         A kept actor given the same job again, with the same file contents, reuses the parts it built for it.
-        ``server``: a :class:`~distmc.distributed.policy_server.PolicyServer` (handle, description) that evaluates the
-        policy for this worker, which then loads none.
+        ``ws.server``: a :class:`~distmc.distributed.policy_server.PolicyServer` (handle, description) that
+        evaluates the policy for this worker, which then loads none.
         """
+        rank, workers, batch_states, checkpoint_dir = ws.rank, ws.workers, ws.batch_states, ws.checkpoint_dir
+        limits, start, server = ws.limits, ws.start, ws.server
         reset_peak_rss()  # the worker's peak in the report is this run's (a kept actor ran others before)
         self.clock0 = (time.perf_counter(), time.process_time())  # this run's wall and CPU time start here
         stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server

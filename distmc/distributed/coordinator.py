@@ -9,14 +9,14 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
 from distmc._internal.jit import budget_env
 from distmc.check.checker import MAX_ITERATIONS
 from distmc.check.result import Precision
-from distmc.distributed.actor import PartitionActor, _job_stamp
+from distmc.distributed.actor import PartitionActor, WorkerSetup, _job_stamp
 from distmc.distributed.checkpoint import Checkpoint
 from distmc.distributed.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
 from distmc.errors import CheckpointError, DistmcError, ResourceLimitError, UsageError, WorkerError
@@ -24,7 +24,7 @@ from distmc.explain.values import RISKIEST
 from distmc.explore.contracts import KeyCodec, WorkerJob
 from distmc.explore.limits import Interrupt, LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
-from distmc.options import check_gpu_share, check_ray_resources
+from distmc.options import RaySettings, check_gpu_share
 from distmc.pipeline import Job
 
 __all__ = ["explore_ray", "gpu_share", "release_workers"]
@@ -155,34 +155,50 @@ class _WorkerLost(Exception):
     """A worker's process or node is gone (Ray lost the actor or an object it held)."""
 
 
+@overload
+def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where: RaySettings, *,
+                batch_states: int = ..., limits: Limits | None = ..., checkpoint: Checkpoint | None = ...,
+                progress: Callable[[dict[str, float]], None] | None = ..., max_restarts: int = ...,
+                keep_workers: bool = ..., rows_stay: Literal[False] = ..., horizon: int | None = ...) -> Explored: ...
+
+
+@overload
+def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where: RaySettings, *,
+                batch_states: int = ..., limits: Limits | None = ..., checkpoint: Checkpoint | None = ...,
+                progress: Callable[[dict[str, float]], None] | None = ..., max_restarts: int = ...,
+                keep_workers: bool = ..., rows_stay: bool, horizon: int | None = ...) -> Explored | RayRows: ...
+
+
 def explore_ray(
     job: WorkerJob,
     codec: KeyCodec,
     initial_keys: np.ndarray,
-    workers: int,
+    where: RaySettings,
     *,
-    address: str | None = None,
     batch_states: int = 20_000,
     limits: Limits | None = None,
     checkpoint: Checkpoint | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
     max_restarts: int = 3,
-    gpus_per_worker: float | None = None,
     keep_workers: bool = True,
-    threads_per_worker: int | None = None,
-    policy_servers: int = 0,
     rows_stay: bool = False,
     horizon: int | None = None,
-) -> Any:
-    """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
+) -> Explored | RayRows:
+    """Explore ``job`` on ``where.workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
     Args:
         job: what to explore; every actor builds its own parts from it.
         codec: the state packing (the driver's, for routing the initial states).
         initial_keys: ``[I]`` packed initial states.
-        workers: number of actors (partitions).
-        address: a running Ray cluster (``auto`` or ``HOST:PORT``); None: the cluster in ``RAY_ADDRESS`` if set,
-            else a new local Ray (unless this process is connected to one already).
+        where: the actors (``workers``: how many, the partitions), the cluster and their resources:
+            ``address``, a running Ray cluster (``auto`` or ``HOST:PORT``; None: the cluster in ``RAY_ADDRESS`` if
+            set, else a new local Ray, unless this process is connected to one already); ``gpus_per_worker``, the
+            GPU share each actor asks Ray for (:func:`gpu_share`; None: automatic); ``threads_per_worker``, the
+            threads each actor keeps busy (None: the cluster's CPUs divided by the workers, at least one; so a lone
+            actor on this machine uses every core, and W actors one core each when W >= cores);
+            ``policy_servers``, 0: every actor loads its own policy replica; S > 0: S policy-server actors each
+            load one (a GPU each where the cluster has them) and serve the workers' batches
+            (:mod:`distmc.distributed.policy_server`).
         batch_states: states per expansion batch inside an actor.
         limits: once a limit is passed at the end of a level (or Ctrl-C), stop: the last level's new states are
             the frontier (``stats["expanded"]``, ``stats["stopped"]``, as :func:`~distmc.explore.local.explore_local`
@@ -193,20 +209,13 @@ def explore_ray(
             one; a lost worker is then replaced (up to ``max_restarts`` times) and the run goes on.
         progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
         max_restarts: how many worker losses a checkpointed run survives.
-        gpus_per_worker: the GPU share each actor asks Ray for (:func:`gpu_share`; None: automatic).
         keep_workers: after a successful run, keep the actors (emptied) for the next run of the same shape in
             this process, which then skips their start-up (:func:`release_workers` ends them); a failed run's
             actors always end.
-        threads_per_worker: numba threads of each actor (None: the cluster's CPUs divided by the workers, at least
-            one; so a lone actor on this machine uses every core, and W actors one core each when W >= cores).
-        policy_servers: 0: every actor loads its own policy replica; S > 0: S policy-server actors each load one
-            (a GPU each where the cluster has them) and serve the workers' batches
-            (:mod:`distmc.distributed.policy_server`).
         rows_stay: keep the rows on the actors (no row comes to this process during the run) and return a
             :class:`RayRows` instead of an :class:`Explored`: the caller then checks on the actors
             (:meth:`RayRows.check`) or gathers the rows (:meth:`RayRows.gather`), and closes it.
     """
-    check_ray_resources(threads_per_worker, policy_servers)
     # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     import ray
@@ -214,16 +223,16 @@ def explore_ray(
     if not ray.is_initialized():
         # No address: a Ray of our own (or RAY_ADDRESS's), never whichever cluster this machine started last, which
         # ray.init() would otherwise join (and which its owner may shut down in the middle of our run).
-        address = address or os.environ.get("RAY_ADDRESS") or "local"
+        address = where.address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker,
-                  threads_per_worker, policy_servers, rows_stay)
+    run = _RayRun(ray, job, codec, where, batch_states, limits or Limits(), checkpoint, progress, rows_stay)
     run.horizon = horizon
     try:
         if rows_stay:
             run.run(initial_keys, max_restarts, gather=False)
             return RayRows(run, keep_workers)
         out = run.run(initial_keys, max_restarts)
+        assert out is not None  # gathered
     except BaseException:
         run.kill()
         raise
@@ -237,15 +246,14 @@ def explore_ray(
 class _RayRun:
     """The driver's side of one distributed exploration: actors, the level loop, recovery."""
 
-    def __init__(self, ray: Any, job: WorkerJob, codec: KeyCodec, workers: int, batch_states: int, limits: Limits,
-                 checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
-                 gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
-                 policy_servers: int = 0, rows_stay: bool = False) -> None:
-        self.ray, self.job, self.codec, self.workers = ray, job, codec, workers
-        self.policy_servers = policy_servers
+    def __init__(self, ray: Any, job: WorkerJob, codec: KeyCodec, where: RaySettings, batch_states: int,
+                 limits: Limits, checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
+                 rows_stay: bool = False) -> None:
+        self.ray, self.job, self.codec, self.workers = ray, job, codec, where.workers
+        self.policy_servers = where.policy_servers
         self.servers: list[Any] = []
         self.servers_key: tuple[Any, ...] = ()
-        self.gpus_per_worker, self.threads_per_worker = gpus_per_worker, threads_per_worker
+        self.gpus_per_worker, self.threads_per_worker = where.gpus_per_worker, where.threads_per_worker
         self.batch_states, self.limits, self.ckpt, self.progress = batch_states, limits, checkpoint, progress
         self.start = time.time()
         self.check = LimitCheck(limits, self.start)
@@ -293,10 +301,13 @@ class _RayRun:
         # The thread budget: the worker's process starts with its compute pools sized to it (budget_env).
         actor_cls = ray.remote(concurrency_groups={"mail": 1}, runtime_env={"env_vars": budget_env(threads)},
                                **opts)(PartitionActor)
-        self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start,
-                                        served[r % len(served)] if served else None)
-                       for r in range(w)]
+        self.actors = [actor_cls.remote(self.job, self.setup_of(r, ckdir, served), threads) for r in range(w)]
         self.info = self.started([a.ready.remote() for a in self.actors], f"the {w} workers", "a worker")
+
+    def setup_of(self, rank: int, ckdir: str | None, served: list[tuple[Any, dict[str, Any]]]) -> WorkerSetup:
+        """Worker ``rank``'s place and settings (its policy server: the servers taken in turn)."""
+        return WorkerSetup(rank, self.workers, self.batch_states, ckdir, self.limits, self.start,
+                           served[rank % len(served)] if served else None)
 
     def start_servers(self, gpus: float) -> list[tuple[Any, dict[str, Any]]]:
         """Start this run's policy servers (none unless ``policy_servers``); (handle, description) of each."""
@@ -357,9 +368,8 @@ class _RayRun:
         if key == self.key:
             ray = self.ray
             try:
-                ray.get([a.setup.remote(self.job, r, self.workers, self.batch_states, ckdir, self.limits, self.start,
-                                        served[r % len(served)] if served else None)
-                         for r, a in enumerate(actors)], timeout=START_TIMEOUT_S)
+                ray.get([a.setup.remote(self.job, self.setup_of(r, ckdir, served)) for r, a in enumerate(actors)],
+                        timeout=START_TIMEOUT_S)
                 self.info = ray.get([a.ready.remote() for a in actors], timeout=START_TIMEOUT_S)
                 self.actors = actors
                 return True

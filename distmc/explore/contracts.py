@@ -104,6 +104,7 @@ class WorkerParts(Protocol):
 
     @property
     def codec(self) -> KeyCodec:
+        """The keys of the model's states."""
         ...
 
     @property
