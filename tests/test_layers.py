@@ -1,4 +1,4 @@
-"""The package's layers: every import in ``distmc/`` points down, there is no import cycle.
+"""The package's layers: every import in ``distmc/`` points down, there is no import cycle, no module is too long.
 
 Every ``import`` and ``from ... import`` of every module counts, also those inside functions and under
 ``if TYPE_CHECKING:``: a function-level import is still a dependency, only a later one. A module belongs to the
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "distmc"
 
@@ -24,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("distmc.options", "distmc.pipeline"),  # a run's options and its job
     ("distmc.explain",),  # traces, values, plots
     ("distmc.distributed",),  # the Ray runtime: coordinator, actors, exchange, policy servers, checkpoints
-    ("distmc.api",),  # verify, Report, Session, sweep
+    ("distmc.report", "distmc.rounds", "distmc.api"),  # verify, Report, Session, sweep; --width's rounds
     ("distmc.abstract", "distmc.curve", "distmc.shield"),  # the front ends over them
     ("distmc.integrations",),  # training-loop callbacks
     ("distmc._internal.subcommand",),  # what the subcommands share
@@ -32,6 +34,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("distmc.cli",),  # the command line
     ("distmc",),  # the package: its lazily loaded public names
 ]
+
+#: No module in ``distmc/`` is longer than this (one job per module).
+MAX_LINES = 500
 
 
 def module_name(path: Path) -> str:
@@ -147,3 +152,9 @@ def test_no_import_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_length(name: str) -> None:
+    lines = len(MODULES[name].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{MODULES[name]}: {lines} lines (at most {MAX_LINES}: split it by responsibility)"

@@ -138,7 +138,7 @@ def test_policy_servers_build_the_identical_model(workers: int, servers: int) ->
 
 
 def test_policy_servers_are_kept_for_the_same_job() -> None:
-    from distmc.distributed import coordinator as ray_driver
+    from distmc.distributed import pool as ray_driver
 
     examples = EXAMPLE.parent
     kw = dict(constants="N=4", policy=str(examples / "gridworld_policy.pt"),

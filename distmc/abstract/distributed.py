@@ -95,7 +95,7 @@ class TreePool:
         if not ray.is_initialized():  # as distmc.distributed does: our own Ray unless an address is given
             address = address or os.environ.get("RAY_ADDRESS") or "local"
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        from distmc.distributed.coordinator import release_workers
+        from distmc.distributed.pool import release_workers
 
         release_workers()  # explorer actors kept from an earlier run would hold the CPUs these actors need
         self.ray = ray

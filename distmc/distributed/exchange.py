@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from distmc._internal.jit import HAVE_NUMBA, first_occurrences, place_rows
-from distmc.check.kernels import expand_probabilities
+from distmc.check.kernels import compact_probabilities, expand_probabilities
 from distmc.explore.contracts import KeyCodec
 from distmc.explore.partition import Explored
 
@@ -269,3 +269,16 @@ def _place(chunks: list[tuple[int, np.ndarray, np.ndarray]], row_pos: np.ndarray
     return targets, prob
 
 
+def compact_rows(target: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, Any]:
+    """A kept row chunk's branches as the actor holds them until the end: 4 + 2 B a branch where it may.
+
+    Targets are global ids: int32 while they fit. Probabilities: :func:`~distmc.check.kernels.compact_probabilities`.
+    """
+    if target.shape[0] and int(target.max()) < 2**31:
+        target = target.astype(np.int32)
+    return target, compact_probabilities(prob)
+
+
+def widened_rows(row: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
+    """A kept row chunk with int64 targets and float64 probabilities (for the files and the driver)."""
+    return (*row[:3], row[3].astype(np.int64, copy=False), expand_probabilities(row[4]))
