@@ -37,7 +37,7 @@ from distmc.check.dispatch import check_properties, vector_result
 from distmc.check.forms import Recurrence, step_recurrence, unsupported
 from distmc.check.result import CheckResult, Precision
 from distmc.curve.batched import steps_many
-from distmc.errors import DistmcError
+from distmc.errors import ResourceLimitError, UsageError
 from distmc.explore.expander import Expander
 from distmc.explore.limits import Limits, parse_duration, parse_memory
 from distmc.explore.local import explore_local
@@ -98,12 +98,12 @@ class SharedModel:
         self.parts: Parts = job.build()
         parts = self.parts
         if parts.model.model_type != "mdp":
-            raise DistmcError(f"{model_path} is a dtmc: no policy acts in it")
+            raise UsageError(f"{model_path} is a dtmc: no policy acts in it")
         assert parts.expander is not None
         limits = Limits(opts.max_states, parse_memory(opts.max_memory), parse_duration(opts.timeout))
         explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states), limits=limits)
         if "expanded" in explored.stats:
-            raise DistmcError(
+            raise ResourceLimitError(
                 f"the shared exploration stopped before its end ({explored.stats.get('stopped', 'a limit')}): "
                 "a curve needs every state; raise the limit or run the checkpoints separately (--separate)"
             )
@@ -313,7 +313,7 @@ class SharedModel:
         """The curve's point of a check (``induced`` None: the DTMC of every MDP row, as a softmax policy keeps)."""
         bounds = [float(x) for x in res.bounds] if isinstance(res.bounds, tuple) else None
         if isinstance(res.value, dict):
-            raise DistmcError(f"{self.prop}: a policy's DTMC has one value, not min and max")
+            raise UsageError(f"{self.prop}: a policy's DTMC has one value, not min and max")
         states = induced.n_states if induced is not None else self.n_states
         transitions = induced.n_transitions if induced is not None else self.fused_transitions
         return CurvePoint(str(policy), step, float(res.value), seconds, states, transitions, True, bounds, res.truth)
