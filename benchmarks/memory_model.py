@@ -43,14 +43,15 @@ def one(model: str, const: str, workers: int) -> dict[str, object]:
     from distmc.assemble.reducer import assemble
     from distmc.assemble.storm import to_storm
     from distmc.check.checker import check
-    from distmc.explore.ray import explore_ray
+    from distmc.distributed import explore_ray
+    from distmc.options import RaySettings
     from distmc.pipeline import Job
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
     job = Job(model, PROP, const)
     parts = job.build(explorer=False)
     out: dict[str, object] = {"const": const, "rss_parsed": _rss()}
-    explored = explore_ray(job, parts.codec, parts.codec.pack(parts.model.initial_states), workers)
+    explored = explore_ray(job, parts.codec, parts.codec.pack(parts.model.initial_states), RaySettings(workers))
     out["rss_gathered"] = _rss()
     ws = explored.worker_stats
     induced = assemble(explored, parts.model, parts.codec, parts.spec.atoms, parts.reward_names)

@@ -11,12 +11,14 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from distmc.errors import (  # noqa: E402
+    CheckpointError,
     DistmcError,
     ModelError,
     PolicyError,
     PropertyError,
     ResourceLimitError,
     UnsupportedError,
+    UsageError,
     WorkerError,
 )
 
@@ -37,12 +39,14 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "CheckpointError",
     "DistmcError",
     "ModelError",
     "PolicyError",
     "PropertyError",
     "ResourceLimitError",
     "UnsupportedError",
+    "UsageError",
     "WorkerError",
     "Report",
     "Session",

@@ -15,9 +15,9 @@ import argparse
 import json
 import sys
 import traceback
-from importlib import resources
 from pathlib import Path
 
+from distmc._internal.subcommand import example_path, options_from_args
 from distmc.errors import DistmcError, ResourceLimitError
 from distmc.options import VerifyOptions, export_suffix_error
 
@@ -176,20 +176,6 @@ def _interrupted(args: argparse.Namespace) -> int:
     return 130
 
 
-def _example_path(name: str) -> str:
-    if name == "example":
-        return str(resources.files("distmc") / "examples" / "gridworld.prism")
-    return name
-
-
-def _example_policy(policy: str, interface: str | None) -> tuple[str, str | None]:
-    """``--policy example``: the bundled gridworld network and, unless one is given, its interface file."""
-    if policy != "example":
-        return policy, interface
-    examples = resources.files("distmc") / "examples"
-    return str(examples / "gridworld_policy.pt"), interface or str(examples / "gridworld_policy.json")
-
-
 def _read_props(path: str) -> list[str]:
     """The statements of a PRISM properties file (see :func:`distmc.check.properties.split_statements`)."""
     from distmc.check.properties import split_statements
@@ -203,24 +189,6 @@ def _read_props(path: str) -> list[str]:
     if not statements:
         raise PropertyError(f"--props {path}: the file holds no property")
     return statements
-
-
-#: ``run``'s options whose destination is not the :class:`~distmc.options.VerifyOptions` field of the same name.
-_FIELD_OF = {"const": "constants", "export": "export_path"}
-
-
-def options_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> VerifyOptions:
-    """The :class:`~distmc.options.VerifyOptions` of a parsed ``run`` (or ``scale``) command line.
-
-    Every parsed option that is a field (under its own name or :data:`_FIELD_OF`'s) goes in, but those in
-    ``skip``; ``--policy example`` becomes the bundled network and its interface. ``--prop`` and ``--props`` are
-    verify's property, not options.
-    """
-    fields = set(VerifyOptions.__dataclass_fields__)
-    given = {_FIELD_OF.get(k, k): v for k, v in vars(args).items() if k not in skip}
-    given = {k: v for k, v in given.items() if k in fields and k != "props"}
-    given["policy"], given["interface"] = _example_policy(given.get("policy", "uniform"), given.get("interface"))
-    return VerifyOptions(**given)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.props is not None:
             texts += _read_props(args.props)
         with LiveProgress(enabled=not args.quiet) as progress:
-            report = verify(None if args.model is None else _example_path(args.model),
+            report = verify(None if args.model is None else example_path(args.model),
                             "; ".join(texts) if texts else None, options, progress=progress, phases=progress.phase)
     except KeyboardInterrupt:
         if args.debug:

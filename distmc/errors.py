@@ -8,6 +8,7 @@ original exception chained, never swallowed.
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
     "DistmcError",
     "Interrupted",
     "MissingDependencyError",
@@ -17,6 +18,7 @@ __all__ = [
     "ResourceLimitError",
     "SlowConvergenceError",
     "UnsupportedError",
+    "UsageError",
     "WorkerError",
 ]
 
@@ -26,6 +28,18 @@ class DistmcError(Exception):
 
     #: Process exit code the CLI uses for this kind of error.
     exit_code: int = 1
+
+
+class UsageError(DistmcError):
+    """An option's value, or a combination of options, is invalid (the message names the option and what to give).
+
+    Raised before any work starts where it can be (:class:`~distmc.options.VerifyOptions` checks a run's options
+    when it is made); exit code 1, as for the other errors of a run's set-up.
+    """
+
+
+class CheckpointError(DistmcError):
+    """A checkpoint cannot be written, read or resumed (taken, damaged, of another run, of an older format)."""
 
 
 class MissingDependencyError(DistmcError):

@@ -12,7 +12,7 @@ builds one itself, derives variants with :func:`dataclasses.replace`, and the JS
     base = VerifyOptions(constants="N=6", policy="trained.pt", workers=2)
     wider = replace(base, constants="N=8", timeout="15m")
 
-An invalid combination stops when the object is made (:class:`~distmc.errors.DistmcError`, with the message
+An invalid combination stops when the object is made (:class:`~distmc.errors.UsageError`, with the message
 ``distmc run`` prints for it), before anything is parsed or explored.
 """
 
@@ -21,12 +21,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from distmc.errors import DistmcError
+from distmc.errors import UsageError
 
-__all__ = ["CHECKERS", "DRIVERS", "MODES", "VerifyOptions", "check_gpu_share", "check_ray_resources",
+if TYPE_CHECKING:
+    from distmc.check.result import Precision
+    from distmc.explore.limits import Limits
+
+__all__ = ["CHECKERS", "DRIVERS", "MODES", "RaySettings", "VerifyOptions", "check_gpu_share", "check_ray_resources",
            "export_suffix_error", "merged"]
 
 MODES = ("stochastic", "deterministic", "monolithic")
@@ -54,15 +59,37 @@ def export_suffix_error(path: str | Path) -> str | None:
 def check_gpu_share(requested: float) -> None:
     """``--gpus-per-worker``: 0, a fraction up to 1, or a whole number of GPUs."""
     if requested < 0 or (requested > 1 and requested != int(requested)):
-        raise DistmcError(f"--gpus-per-worker must be 0, a fraction up to 1, or a whole number, not {requested}")
+        raise UsageError(f"--gpus-per-worker must be 0, a fraction up to 1, or a whole number, not {requested}")
 
 
 def check_ray_resources(threads_per_worker: int | None, policy_servers: int) -> None:
     """``--threads-per-worker`` at least 1 (or None: automatic), ``--policy-servers`` 0 or more."""
     if threads_per_worker is not None and threads_per_worker < 1:
-        raise DistmcError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
+        raise UsageError(f"--threads-per-worker must be at least 1, not {threads_per_worker}")
     if policy_servers < 0:
-        raise DistmcError(f"--policy-servers must be 0 or more, not {policy_servers}")
+        raise UsageError(f"--policy-servers must be 0 or more, not {policy_servers}")
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """Where a Ray run runs: the part of :class:`VerifyOptions` the Ray driver takes, validated when made.
+
+    The fields mean what :class:`VerifyOptions`' fields of the same names mean; ``VerifyOptions.ray`` is the one
+    of a run, and the box front end (:mod:`distmc.abstract`) makes its own.
+    """
+
+    workers: int = 1
+    address: str | None = None
+    gpus_per_worker: float | None = None
+    threads_per_worker: int | None = None
+    policy_servers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, not {self.workers}")
+        check_ray_resources(self.threads_per_worker, self.policy_servers)
+        if self.gpus_per_worker is not None:
+            check_gpu_share(self.gpus_per_worker)
 
 
 def _text(value: str | Path | None) -> str | None:
@@ -123,7 +150,7 @@ class VerifyOptions:
             many states.
         max_memory: the same beyond this much memory (bytes, or a size such as ``"8G"``).
         timeout: the same after this long (seconds, or ``"15m"``).
-        checkpoint_dir: write every explored level there (Arrow IPC, :mod:`distmc.explore.checkpoint`); a lost
+        checkpoint_dir: write every explored level there (Arrow IPC, :mod:`distmc.distributed.checkpoint`); a lost
             worker is then replaced and the run goes on. Uses the Ray driver.
         resume: continue the run checkpointed in this directory (model, property, policy and mode come from it;
             arguments that are given must agree). Uses the Ray driver; ``workers`` may differ from the first run.
@@ -214,45 +241,37 @@ class VerifyOptions:
         self._validate()
 
     def _validate(self) -> None:
-        from distmc.check.result import Precision
-        from distmc.explore.limits import parse_duration, parse_memory
-
-        if self.workers < 1:
-            raise DistmcError(f"--workers must be at least 1, not {self.workers}")
-        check_ray_resources(self.threads_per_worker, self.policy_servers)
-        if self.gpus_per_worker is not None:
-            check_gpu_share(self.gpus_per_worker)
+        self.ray  # noqa: B018 - made (and so validated) once, here
         if self.order is not None and self.order not in ("mass", "bfs"):
-            raise DistmcError(f"--order must be mass or bfs, not '{self.order}'")
+            raise UsageError(f"--order must be mass or bfs, not '{self.order}'")
         if self.width is not None and not (0.0 <= self.width < float("inf")):
-            raise DistmcError(f"--width must be a non-negative number, not {self.width}")
+            raise UsageError(f"--width must be a non-negative number, not {self.width}")
         if self.order == "mass" and self.horizon_cut:
-            raise DistmcError("--horizon-cut needs the breadth-first order (a state's depth is known when it is "
+            raise UsageError("--horizon-cut needs the breadth-first order (a state's depth is known when it is "
                               "expanded): use --order bfs")
         if self.checker not in CHECKERS:
-            raise DistmcError(f"--checker must be auto, storm, native or distributed, not '{self.checker}'")
+            raise UsageError(f"--checker must be auto, storm, native or distributed, not '{self.checker}'")
         if self.mode not in MODES:
-            raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
+            raise UsageError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
         if self.policy_dtype not in POLICY_DTYPES:
-            raise DistmcError(f"--policy-dtype must be float64 or float32, not '{self.policy_dtype}'")
+            raise UsageError(f"--policy-dtype must be float64 or float32, not '{self.policy_dtype}'")
         if self.resolve not in RESOLVE:
-            raise DistmcError(f"--resolve must be 'none' or 'uniform', not '{self.resolve}'")
+            raise UsageError(f"--resolve must be 'none' or 'uniform', not '{self.resolve}'")
         if not 0.0 <= self.threshold < 1.0:
-            raise DistmcError(f"--threshold must be in [0, 1), not {self.threshold}")
-        Precision.from_options(self.precision, self.precision_abs, self.exact, self.sound_mdp)
+            raise UsageError(f"--threshold must be in [0, 1), not {self.threshold}")
+        self.check_precision  # noqa: B018
         if self.exact and self.checker in ("native", "distributed"):
-            raise DistmcError(f"--exact checks with Storm's exact engine: not with --checker {self.checker}")
-        parse_memory(self.max_memory)
-        parse_duration(self.timeout)
+            raise UsageError(f"--exact checks with Storm's exact engine: not with --checker {self.checker}")
+        self.limits  # noqa: B018
         if self.traces < 0:
-            raise DistmcError(f"--traces must be 0 or more, not {self.traces}")
+            raise UsageError(f"--traces must be 0 or more, not {self.traces}")
         if self.plot_vars is not None and self.plot is None:
-            raise DistmcError("--plot-vars chooses the axes of --plot FILE.png: give --plot too")
+            raise UsageError("--plot-vars chooses the axes of --plot FILE.png: give --plot too")
         if self.export_path is not None and (why := export_suffix_error(self.export_path)):
-            raise DistmcError(why)
+            raise UsageError(why)
         if (self.resume is not None and self.checkpoint_dir is not None
                 and Path(self.checkpoint_dir).resolve() != Path(self.resume).resolve()):
-            raise DistmcError("--resume DIR goes on writing to DIR: do not give another --checkpoint-dir")
+            raise UsageError("--resume DIR goes on writing to DIR: do not give another --checkpoint-dir")
         self._validate_driver()
         self.check_distributed(self.checker)
 
@@ -260,33 +279,53 @@ class VerifyOptions:
         if self.driver is None:
             return
         if self.driver not in DRIVERS:
-            raise DistmcError(f"--driver must be 'local' or 'ray', not '{self.driver}'")
+            raise UsageError(f"--driver must be 'local' or 'ray', not '{self.driver}'")
         if self.driver != "local":
             return
         if self.workers != 1:
-            raise DistmcError("the local driver runs one partition: use --driver ray for --workers > 1")
+            raise UsageError("the local driver runs one partition: use --driver ray for --workers > 1")
         if self.policy_servers:
-            raise DistmcError("policy servers serve Ray workers: use --driver ray (or leave --driver out)")
+            raise UsageError("policy servers serve Ray workers: use --driver ray (or leave --driver out)")
         if self.checkpoint_dir is not None or self.resume is not None:
-            raise DistmcError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
+            raise UsageError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
         if self.checker == "distributed":
-            raise DistmcError("--checker distributed checks on the Ray workers: use --driver ray (or leave --driver "
+            raise UsageError("--checker distributed checks on the Ray workers: use --driver ray (or leave --driver "
                               "out)")
 
     def check_rounds(self) -> None:
         """``--width`` and ``--order`` explore in this process: not with the Ray driver (checked when a run starts)."""
         if (self.width is not None or self.order is not None) and (self.run_driver != "local" or self.workers > 1
                                                                     or self.address is not None):
-            raise DistmcError("--width and --order explore in this process (one worker, --driver local); the Ray "
+            raise UsageError("--width and --order explore in this process (one worker, --driver local); the Ray "
                               "driver explores breadth-first, and bounds a run that a limit stops")
 
     def check_distributed(self, checker: str) -> None:
         """What ``checker`` (this run's, or the checkpoint's after ``--resume``) cannot do with these outputs."""
         if checker == "distributed" and (self.keep_model or self.export_path is not None):
-            raise DistmcError("--checker distributed leaves the model on the workers: to export it (or keep it), "
+            raise UsageError("--checker distributed leaves the model on the workers: to export it (or keep it), "
                               "use --checker storm or native, which gather it into this process")
 
-    # -- what the run derives from them ------------------------------------------------------------------------
+    # -- what the run derives from them (each made once, when the options are: that validates them) ------------
+
+    @cached_property
+    def ray(self) -> RaySettings:
+        """The Ray driver's options: workers, address, GPU share, threads and policy servers."""
+        return RaySettings(self.workers, self.address, self.gpus_per_worker, self.threads_per_worker,
+                           self.policy_servers)
+
+    @cached_property
+    def check_precision(self) -> Precision:
+        """What the checkers are asked for (``precision``, ``precision_abs``, ``exact``, ``sound_mdp``)."""
+        from distmc.check.result import Precision
+
+        return Precision.from_options(self.precision, self.precision_abs, self.exact, self.sound_mdp)
+
+    @cached_property
+    def limits(self) -> Limits:
+        """The exploration's limits (``max_states``, ``max_memory``, ``timeout``), parsed."""
+        from distmc.explore.limits import Limits, parse_duration, parse_memory
+
+        return Limits(self.max_states, parse_memory(self.max_memory), parse_duration(self.timeout))
 
     @property
     def run_driver(self) -> str:

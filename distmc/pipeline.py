@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distmc.check.properties import PropertySet, PropertySpec, parse_properties, property_constants
-from distmc.errors import DistmcError
-from distmc.explore.expander import MODES, Expander
+from distmc.explore.expander import Expander
 from distmc.model.kernel import Kernel
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model, load_model, parse_constants
+from distmc.options import VerifyOptions
 from distmc.policy import Policy, load_policy, require_packages
 
 __all__ = ["Job", "Parts"]
@@ -35,14 +35,19 @@ class Job:
     trust_policy: bool = False
     policy_dtype: str = "float64"  # the network's arithmetic (distmc.policy.batched)
 
+    @classmethod
+    def of(cls, model_path: str, prop: str, options: VerifyOptions) -> Job:
+        """The job of a run of ``prop`` on ``model_path`` with ``options`` (validated already: they are made so)."""
+        o = options
+        return cls(model_path, prop, o.constants, o.policy, o.interface, o.mode, o.threshold, o.resolve,
+                   o.trust_policy, o.policy_dtype)
+
     def build(self, *, explorer: bool = True, policy: Policy | None = None) -> Parts:
         """Parse the model and property; with ``explorer``, also load the policy and compile the kernel.
 
         The Ray driver's own process only routes and assembles (``explorer=False``); its actors explore.
         ``policy``: use this policy instead of loading the job's (a Ray worker's stand-in for a policy server).
         """
-        if self.mode not in MODES:
-            raise DistmcError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
         constants = parse_constants(self.constants)
         declared = property_constants(self.prop)  # the properties' own constants (const int B;) take their --const
         model = load_model(Path(self.model_path), {k: v for k, v in constants.items() if k not in declared})

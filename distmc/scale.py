@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from distmc.errors import DistmcError
+from distmc.errors import UsageError
 from distmc.options import VerifyOptions
 
 __all__ = ["Scaling", "add_parser", "main", "plot", "scale", "table"]
@@ -85,9 +85,9 @@ def _parse_counts(text: str) -> list[int]:
     try:
         counts = [int(w) for w in text.split(",") if w.strip()]
     except ValueError:
-        raise DistmcError(f"--workers {text}: expected worker counts such as 1,2,4") from None
+        raise UsageError(f"--workers {text}: expected worker counts such as 1,2,4") from None
     if not counts or min(counts) < 1:
-        raise DistmcError(f"--workers {text}: expected worker counts of at least 1, such as 1,2,4")
+        raise UsageError(f"--workers {text}: expected worker counts of at least 1, such as 1,2,4")
     return counts
 
 
@@ -112,9 +112,9 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
 
     base = VerifyOptions.build(options, **verify_kw)
     if repeat < 1:
-        raise DistmcError(f"--repeat must be at least 1, not {repeat}")
+        raise UsageError(f"--repeat must be at least 1, not {repeat}")
     if not workers or min(workers) < 1:
-        raise DistmcError(f"worker counts must be at least 1, not {workers}")
+        raise UsageError(f"worker counts must be at least 1, not {workers}")
     kept: list[tuple[int, Report, Report]] = []  # workers, the fastest run, the first (which started the actors)
     for w in workers:
         best: Report | None = None
@@ -274,10 +274,10 @@ def _run(args: argparse.Namespace) -> int:
         from distmc._internal.deps import require
 
         require("matplotlib", f"--plot {args.plot}")
-    from distmc.cli import _example_path, options_from_args
+    from distmc._internal.subcommand import example_path, options_from_args
 
     counts = _parse_counts(args.workers)
-    s = scale(_example_path(args.model), args.prop, counts, repeat=args.repeat,
+    s = scale(example_path(args.model), args.prop, counts, repeat=args.repeat,
               log_run=None if args.quiet else (lambda line: print(line, file=sys.stderr)),
               options=options_from_args(args, skip=("workers", "plot")))  # --plot: the scaling PNG
     print(table(s))

@@ -287,3 +287,28 @@ def test_loader_drops_a_final_softmax_and_reads_tanh(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text(json.dumps({"weights": "n.pt", "layers": [{"type": "conv"}]}))
     with pytest.raises(DistmcError, match="not supported"):
         load_network(tmp_path / "bad.json")
+
+
+def test_analysis_options_object_and_keywords_agree() -> None:
+    """``analyse`` takes an :class:`AbstractOptions`, keywords over one, or keywords alone: the same analysis; a bad
+    value is a UsageError when the options are made, an unknown keyword a TypeError."""
+    from dataclasses import replace
+
+    from distmc.abstract.options import AbstractOptions
+    from distmc.errors import UsageError
+
+    env, net, faults = get_env("pendulum"), load_network(POLICIES / "pendulum.json"), parse_fault("sticky:0.2")
+    base = AbstractOptions(horizon=2, refine=1, workers=1)
+    by_object = analyse(env, net, faults, base)
+    by_keywords = analyse(env, net, faults, horizon=2, refine=1, workers=1)
+    over = analyse(env, net, faults, replace(base, refine=0), refine=1)
+    for other in (by_keywords, over):
+        assert np.array_equal(by_object.upper, other.upper) and np.array_equal(by_object.lower, other.lower)
+        assert np.array_equal(by_object.lo, other.lo)
+    assert (base.splits, AbstractOptions(2, 1, abstraction="lattice").splits) == (0, 4)
+    with pytest.raises(UsageError, match="driver must be 'local' or 'ray'"):
+        AbstractOptions(horizon=2, refine=1, driver="slurm")
+    with pytest.raises(UsageError, match="need --refine >= 0"):
+        analyse(env, net, faults, horizon=2, refine=-1)
+    with pytest.raises(TypeError, match="refin"):
+        analyse(env, net, faults, horizon=2, refin=1)

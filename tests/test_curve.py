@@ -149,3 +149,37 @@ def test_same_label_choices_fall_back_to_separate_runs(tmp_path: Path) -> None:
         curve(model, 'P=? [F "bad"]', ["uniform"])
     with pytest.raises(DistmcError, match="--steps"):
         curve(model, 'P=? [F "bad"]', ["uniform"], steps=[1, 2])
+
+
+@pytest.mark.parametrize("prop", ['P=? [F<=12 "crash"]', 'R{"steps"}=? [C<=8]', 'P>=0.1 [F<=6 "crash"]'])
+def test_batched_check_equals_one_at_a_time(prop: str, interfaces: dict[str, str], monkeypatch) -> None:
+    """check_many: batches of softmax policies give the values of one-at-a-time checks (to rounding); a
+    row-dropping policy between them is checked alone, in its place; a batch limited by memory splits."""
+    from distmc.curve import engine
+    from distmc.options import VerifyOptions
+
+    o = VerifyOptions(constants=CONST, checker="native", interface=interfaces["logits"])
+    sm = engine.SharedModel(MODEL, prop, o)
+    pols = [("tests.test_curve:softmax_policy", 1), ("uniform", 2), ("tests.test_curve:zero_policy", 3),
+            ("tests.test_curve:softmax_policy", 4), ("uniform", 5), ("uniform", 6)]
+    # the zero policy reads probabilities: its own interface, through a second shared model
+    alone = [sm.check(p, s) for p, s in pols if "zero" not in p]
+    # a column of a batch takes 8 bytes per MDP row and 6 x 8 per state: a limit of 2 columns splits 5 into 2 + 2 + 1
+    monkeypatch.setattr(engine, "BATCH_BYTES", 2 * 8 * (sm.mdp.n_rows + 6 * sm.n_states))
+    sm_zero = engine.SharedModel(MODEL, prop, VerifyOptions.build(o, interface=interfaces["probs"]))
+    calls = []
+    real = engine.steps_many
+    monkeypatch.setattr(engine, "steps_many", lambda *a, **k: calls.append(a[4].shape[1]) or real(*a, **k))
+    many = sm.check_many([p for p in pols if "zero" not in p[0]])
+    assert calls == [2, 2, 1]
+    assert [p.step for p in many] == [1, 2, 4, 5, 6]
+    for a, b in zip(alone, many, strict=True):  # the same sums in another order: equal to rounding
+        assert abs(a.value - b.value) <= 1e-14 * max(1.0, abs(a.value)) and a.truth == b.truth and a.states == b.states
+        assert a.transitions == b.transitions
+    # a policy that drops rows interrupts a batch and keeps its place
+    calls.clear()
+    mixed = sm_zero.check_many([("uniform", 1), ("tests.test_curve:zero_policy", 2), ("uniform", 3)])
+    assert [p.step for p in mixed] == [1, 2, 3] and calls == [1, 1]
+    z = sm_zero.check("tests.test_curve:zero_policy", 2)
+    assert mixed[1].value == z.value and mixed[1].transitions == z.transitions < sm.fused_transitions
+    assert mixed[0].value == mixed[2].value and abs(mixed[0].value - alone[1].value) <= 1e-14 * max(1.0, alone[1].value)

@@ -23,10 +23,10 @@ from distmc.check.distributed import Mailbox, WorkerEngine, build_part
 from distmc.check.kernels import compact_probabilities, expand_probabilities
 from distmc.check.native import LocalEngine, matrix_of, values_of
 from distmc.cli import main
+from distmc.distributed import owner_of
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError
 from distmc.explore.limits import LimitCheck, Limits
 from distmc.explore.local import explore_local
-from distmc.explore.ray import owner_of
 from distmc.pipeline import Job
 from tests.conftest import SHARED_MODELS, STORM_FILES
 

@@ -131,3 +131,27 @@ def test_missing_model_and_property_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "--prop", "P=? [F true]"])
     assert exit_info.value.code == 2
+
+
+def test_error_kinds_of_a_run_set_up() -> None:
+    """A bad option is a UsageError, a checkpoint problem a CheckpointError, both exit code 1 (as documented);
+    a variable no 64-bit key can hold is an UnsupportedError, exit code 4 (not a raw ValueError)."""
+    import numpy as np
+
+    from distmc.api import verify
+    from distmc.assemble.reducer import InducedModel
+    from distmc.assemble.storm import export
+    from distmc.errors import CheckpointError, DistmcError, UnsupportedError, UsageError
+    from distmc.model.packing import StateCodec
+    from distmc.options import VerifyOptions
+
+    assert UsageError.exit_code == CheckpointError.exit_code == DistmcError.exit_code == 1
+    assert UnsupportedError.exit_code == 4
+    with pytest.raises(UsageError, match="--workers must be at least 1"):
+        VerifyOptions(workers=0)
+    with pytest.raises(CheckpointError, match="no checkpoint there"):
+        verify(None, None, resume=str(Path(__file__).parent))
+    with pytest.raises(UnsupportedError, match="more than 2"):
+        StateCodec(np.array([-(2**62) - 1]), np.array([2**62]))
+    with pytest.raises(UsageError, match="use .umb or .drn"):
+        export(InducedModel.__new__(InducedModel), "m.txt")

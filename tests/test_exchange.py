@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distmc.explore.ray.exchange import (
+from distmc.distributed.exchange import (
     OCC_SHIFT,
     _from_arrow,
     _to_arrow,

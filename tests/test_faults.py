@@ -57,9 +57,9 @@ def test_limit_stops_with_bounds(reference: tuple, kwargs: dict[str, object], ne
 
 
 def test_memory_limit_stops_before_the_handoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    import distmc.api
+    import distmc.check.choice
 
-    monkeypatch.setattr(distmc.api, "STORM_BYTES_PER_TRANSITION", 10**8)  # as if Storm needed 100 MB a transition
+    monkeypatch.setattr(distmc.check.choice, "STORM_BYTES_PER_TRANSITION", 10**8)  # as if Storm needed 100 MB a transition
     with pytest.raises(ResourceLimitError, match="handing it to Storm needs") as err:
         verify(EXAMPLE, PROP, constants="N=7", **POLICY, max_memory="100G", checker="storm")
     assert err.value.partial["transitions"] > 0 and err.value.partial["frontier"] == 0
@@ -186,7 +186,7 @@ def test_live_progress_shows_each_level() -> None:
 
 
 def test_gpu_share() -> None:
-    from distmc.explore.ray import gpu_share
+    from distmc.distributed import gpu_share
 
     assert gpu_share(0, 4) == 0 and gpu_share(1, 4) == 0.25 and gpu_share(8, 4) == 1.0 and gpu_share(1, 1) == 1.0
     assert gpu_share(1, 4, 0) == 0 and gpu_share(0, 4, 0.5) == 0.5

@@ -59,11 +59,11 @@ def test_missing_sb3_named_before_the_run(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_missing_package_found_by_the_ray_drivers_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The Ray driver's own process builds the job without a policy (the actors load it): the check is there too.
-    from distmc.cli import _example_path
+    from distmc._internal.subcommand import example_path
     from distmc.pipeline import Job
 
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)
-    job = Job(_example_path("example"), 'P=? [F "crash"]', "N=3", str(_fake_ppo_zip(tmp_path / "t.zip")))
+    job = Job(example_path("example"), 'P=? [F "crash"]', "N=3", str(_fake_ppo_zip(tmp_path / "t.zip")))
     with pytest.raises(MissingDependencyError, match=r"pip install 'distmc\[rl\]'"):
         job.build(explorer=False)
 
@@ -108,13 +108,13 @@ def test_unknown_constant_names_the_ones_to_give(const: str, needle: str, capfd:
 def test_drn_export_reads_back_exactly(tmp_path: Path, mode: str, prop: str) -> None:
     import stormpy
 
+    from distmc._internal.subcommand import example_path
     from distmc.api import verify
     from distmc.check.checker import check
-    from distmc.cli import _example_path
     from distmc.pipeline import Job
 
     drn = tmp_path / "m.drn"
-    got = verify(_example_path("example"), prop, constants="N=4", mode=mode, export_path=drn, keep_model=True)
+    got = verify(example_path("example"), prop, constants="N=4", mode=mode, export_path=drn, keep_model=True)
     assert isinstance(got, tuple)
     report, m = got
     back = stormpy.build_model_from_drn(str(drn))
@@ -126,7 +126,7 @@ def test_drn_export_reads_back_exactly(tmp_path: Path, mode: str, prop: str) -> 
         if name != "init":
             assert sorted(back.labeling.get_states(name)) == np.flatnonzero(mask).tolist(), name
     assert sorted(back.initial_states) == m.initial.tolist()
-    spec = Job(_example_path("example"), prop, "N=4", mode=mode).build(explorer=False).spec
+    spec = Job(example_path("example"), prop, "N=4", mode=mode).build(explorer=False).spec
     assert check(back, spec, m.kind, m.initial).value == report.result  # bit for bit, not to 1e-10
 
 
@@ -224,12 +224,12 @@ def test_ray_notices_only_at_debug() -> None:
 def test_phases_are_named_logged_and_add_up(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
+    from distmc._internal.subcommand import example_path
     from distmc.api import verify
-    from distmc.cli import _example_path
 
     seen: list[tuple[str, str]] = []
     with caplog.at_level(logging.INFO, logger="distmc.phase"):
-        r = verify(_example_path("example"), 'P=? [F "crash"]', constants="N=4", phases=lambda n, d: seen.append((n, d)),
+        r = verify(example_path("example"), 'P=? [F "crash"]', constants="N=4", phases=lambda n, d: seen.append((n, d)),
                    export_path=tmp_path / "m.umb")
     assert [n for n, _ in seen] == ["parsing", "exploring", "assembling", "exporting", "handing to Storm", "checking"]
     assert seen[-1] == ("checking", "Storm")
@@ -247,18 +247,18 @@ def test_phases_are_named_logged_and_add_up(tmp_path: Path, caplog: pytest.LogCa
 
 
 def test_native_check_has_no_handoff() -> None:
+    from distmc._internal.subcommand import example_path
     from distmc.api import verify
-    from distmc.cli import _example_path
 
     seen: list[tuple[str, str]] = []
-    r = verify(_example_path("example"), 'P=? [F "crash"]', constants="N=3", checker="native",
+    r = verify(example_path("example"), 'P=? [F "crash"]', constants="N=3", checker="native",
                phases=lambda n, d: seen.append((n, d)))
     assert ("checking", "distmc's native value iteration") in seen and "handing to Storm" not in dict(seen)
     assert r.timings["handoff_s"] == 0.0 and "hand-off" not in r.summary()  # type: ignore[union-attr]
     # the checker's own steps reach the listener as details of the checking phase
     assert any(n == "checking" and d.startswith("sound value iteration: gap ") for n, d in seen), seen
     seen.clear()
-    verify(_example_path("example"), 'P=? [F<=5 "crash"]', constants="N=3", checker="native",
+    verify(example_path("example"), 'P=? [F<=5 "crash"]', constants="N=3", checker="native",
            phases=lambda n, d: seen.append((n, d)))
     steps = [d for n, d in seen if n == "checking" and d.startswith("checking: step")]
     assert steps and set(steps) <= {f"checking: step {i}/5" for i in range(1, 6)} and steps == sorted(steps)

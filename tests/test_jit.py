@@ -64,7 +64,7 @@ def test_visited_set_clear_keeps_numbering_from_zero() -> None:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_first_occurrences_numpy_fallback_agrees(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from distmc.explore.ray import exchange as ray_driver
+    from distmc.distributed import exchange as ray_driver
 
     rng = np.random.default_rng(seed)
     row_state, offsets, keys, source = _random_batch(rng, 50)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from distmc.api import _choose_checker, verify
+from distmc.api import verify
+from distmc.check.choice import choose_checker
 from distmc.cli import main
 from distmc.errors import PropertyError, ResourceLimitError
 from distmc.explore.limits import Limits, rss_bytes
@@ -122,11 +123,11 @@ def test_auto_takes_native_only_when_storm_would_not_fit() -> None:
     induced, spec = _induced()
     roomy = Limits(max_memory=rss_bytes() + 2**30)
     tight = Limits(max_memory=rss_bytes() + 1)  # Storm's estimate is rss + 64-80 B per transition
-    assert _choose_checker("auto", roomy, induced, spec, 0, release=True) == "storm"  # type: ignore[arg-type]
-    assert _choose_checker("auto", tight, induced, spec, 0, release=True) == "native"  # type: ignore[arg-type]
-    assert _choose_checker("auto", Limits(), induced, spec, 0, release=True) == "storm"  # type: ignore[arg-type]
+    assert choose_checker("auto", roomy, induced, spec, 0, release=True) == "storm"  # type: ignore[arg-type]
+    assert choose_checker("auto", tight, induced, spec, 0, release=True) == "native"  # type: ignore[arg-type]
+    assert choose_checker("auto", Limits(), induced, spec, 0, release=True) == "storm"  # type: ignore[arg-type]
     with pytest.raises(ResourceLimitError, match="--max-memory"):
-        _choose_checker("storm", tight, induced, spec, 0, release=True)  # type: ignore[arg-type]
+        choose_checker("storm", tight, induced, spec, 0, release=True)  # type: ignore[arg-type]
 
 
 def test_auto_stops_when_neither_fits() -> None:
@@ -134,7 +135,7 @@ def test_auto_stops_when_neither_fits() -> None:
     spec = Job(str(EXAMPLE), "R=? [C]", "N=4", "uniform", None, "stochastic", 0.0, "none",
                False).build(explorer=True).spec
     with pytest.raises(ResourceLimitError, match="native checker cannot check it: .*rewards"):
-        _choose_checker("auto", Limits(max_memory=rss_bytes() + 1), induced, spec, 0, release=True)
+        choose_checker("auto", Limits(max_memory=rss_bytes() + 1), induced, spec, 0, release=True)
 
 
 def test_cli_checker_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

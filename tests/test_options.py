@@ -13,7 +13,7 @@ import distmc.api
 import distmc.scale
 from distmc.api import Report, Session, sweep, verify
 from distmc.cli import _parser, main, options_from_args
-from distmc.errors import DistmcError
+from distmc.errors import DistmcError, UsageError
 from distmc.options import VerifyOptions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,9 +73,9 @@ def test_frozen_and_replace_validates_again() -> None:
     ({"resume": "a", "checkpoint_dir": "b"}, "do not give another --checkpoint-dir"),
 ])
 def test_validation_errors(kw: dict[str, Any], message: str) -> None:
-    with pytest.raises(DistmcError, match=message):
+    with pytest.raises(UsageError, match=message):
         VerifyOptions(**kw)
-    with pytest.raises(DistmcError, match=message):  # the same from verify's keywords, before any parsing
+    with pytest.raises(UsageError, match=message):  # the same from verify's keywords, before any parsing
         verify("no-such-model.prism", PROP, **kw)
 
 
@@ -177,3 +177,21 @@ def test_session_and_sweep_in_process() -> None:
     with Session(base, constants="N=3") as s:
         r = s.verify(EXAMPLE, PROP, mode="deterministic")
         assert r.options["mode"] == "deterministic" and r.options["constants"] == "N=3"  # type: ignore[union-attr]
+
+
+def test_typed_parts_are_made_once_with_the_options() -> None:
+    """The Ray driver's settings, the limits and the checkers' precision are made (and validated) with the options,
+    and travel as they are; a copy with changes has its own."""
+    from distmc.check.result import Precision
+    from distmc.options import RaySettings
+
+    o = VerifyOptions(workers=3, threads_per_worker=2, max_states=10, timeout="1m", precision=1e-8)
+    assert o.ray == RaySettings(workers=3, threads_per_worker=2) and o.ray is o.ray
+    assert (o.limits.max_states, o.limits.timeout, o.limits.max_memory) == (10, 60.0, None)
+    assert o.check_precision == Precision.from_options(1e-8, None, False, False)
+    two = dataclasses.replace(o, workers=2, max_states=None)
+    assert two.ray.workers == 2 and two.limits.max_states is None and o.ray.workers == 3
+    with pytest.raises(UsageError, match="--workers must be at least 1"):
+        RaySettings(workers=0)
+    with pytest.raises(UsageError, match="--policy-servers must be 0 or more"):
+        RaySettings(policy_servers=-1)

@@ -10,12 +10,12 @@ from tests.test_options import EXAMPLE, IFACE, NET, PROP
 
 pytest.importorskip("ray", reason="the Ray driver needs ray")
 
-from distmc.explore.ray import coordinator  # noqa: E402  (after the skip: it needs ray's package present)
+from distmc.distributed import pool  # noqa: E402  (after the skip: it needs ray's package present)
 
 
 def _kept_ids() -> list[str]:
     """The Ray actor ids of the workers the last run kept."""
-    return [a._actor_id.hex() for a in coordinator._kept["run"][1]]
+    return [a._actor_id.hex() for a in pool._kept["run"][1]]
 
 
 def test_sweep_reuses_the_kept_actors(local_ray: None) -> None:
@@ -29,7 +29,7 @@ def test_sweep_reuses_the_kept_actors(local_ray: None) -> None:
             assert isinstance(r, Report) and r.driver == "ray"
             reports.append(r)
             ids.append(_kept_ids())
-    assert "run" not in coordinator._kept  # the session ended them
+    assert "run" not in pool._kept  # the session ended them
     assert len(ids[0]) == 2 and ids[1] == ids[0] and ids[2] == ids[0]  # no new actor after the first run
     pids = [sorted(int(w["pid"]) for w in r.worker_stats) for r in reports]
     assert pids[1] == pids[0] and pids[2] == pids[0]

@@ -92,8 +92,8 @@ def test_kept_workers_rebuild_a_changed_job(tmp_path: Path) -> None:
 def test_kept_workers_run_the_next_jobs() -> None:
     """A finished run's actors are kept, emptied, and explore the next run's job (any model) to the identical model;
     a failed run's actors end, and so do they with ``release_workers``."""
+    from distmc.distributed import release_workers
     from distmc.errors import ResourceLimitError
-    from distmc.explore.ray import release_workers
 
     release_workers()
     pids: list[int] | None = None
@@ -138,7 +138,7 @@ def test_policy_servers_build_the_identical_model(workers: int, servers: int) ->
 
 
 def test_policy_servers_are_kept_for_the_same_job() -> None:
-    from distmc.explore.ray import coordinator as ray_driver
+    from distmc.distributed import pool as ray_driver
 
     examples = EXAMPLE.parent
     kw = dict(constants="N=4", policy=str(examples / "gridworld_policy.pt"),

@@ -1,4 +1,4 @@
-"""What the ``shield`` and ``curve`` subcommands share: the options of their runs, and their error handling."""
+"""What the subcommands share: their run options, the :class:`~distmc.options.VerifyOptions` of a command line."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import argparse
 import sys
 import traceback
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
 from distmc.errors import DistmcError
+from distmc.options import VerifyOptions
 
-__all__ = ["add_run_options", "guarded", "one_line_errors"]
+__all__ = ["add_run_options", "example_path", "guarded", "one_line_errors", "options_from_args"]
 
 
 def add_run_options(p: argparse.ArgumentParser, *, policy: bool = True) -> None:
@@ -60,3 +62,36 @@ def one_line_errors(debug: bool, body: Callable[[], int | None],
         print(f"distmc: error: {exc}", file=sys.stderr)
         return exc.exit_code
     return 0 if rc is None else rc
+
+
+def example_path(name: str) -> str:
+    """``example``: the bundled gridworld model; any other name is a path, returned as it is."""
+    if name == "example":
+        return str(resources.files("distmc") / "examples" / "gridworld.prism")
+    return name
+
+
+def _example_policy(policy: str, interface: str | None) -> tuple[str, str | None]:
+    """``--policy example``: the bundled gridworld network and, unless one is given, its interface file."""
+    if policy != "example":
+        return policy, interface
+    examples = resources.files("distmc") / "examples"
+    return str(examples / "gridworld_policy.pt"), interface or str(examples / "gridworld_policy.json")
+
+
+#: ``run``'s options whose destination is not the :class:`~distmc.options.VerifyOptions` field of the same name.
+_FIELD_OF = {"const": "constants", "export": "export_path"}
+
+
+def options_from_args(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> VerifyOptions:
+    """The :class:`~distmc.options.VerifyOptions` of a parsed ``run`` (or ``scale``) command line.
+
+    Every parsed option that is a field (under its own name or :data:`_FIELD_OF`'s) goes in, but those in
+    ``skip``; ``--policy example`` becomes the bundled network and its interface. ``--prop`` and ``--props`` are
+    verify's property, not options.
+    """
+    fields = set(VerifyOptions.__dataclass_fields__)
+    given = {_FIELD_OF.get(k, k): v for k, v in vars(args).items() if k not in skip}
+    given = {k: v for k, v in given.items() if k in fields and k != "props"}
+    given["policy"], given["interface"] = _example_policy(given.get("policy", "uniform"), given.get("interface"))
+    return VerifyOptions(**given)

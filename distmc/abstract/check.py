@@ -18,6 +18,7 @@ from distmc.assemble.reducer import InducedModel, _merge_chunks
 from distmc.assemble.storm import to_storm
 from distmc.check.checker import value_vector
 from distmc.errors import PropertyError
+from distmc.options import RaySettings
 
 __all__ = ["check_bounds"]
 
@@ -53,12 +54,12 @@ def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon:
     keys = expander.add_initial(lo, hi)
     steps = 2 * horizon - 1
     if driver == "ray":
-        from distmc.explore.ray import explore_ray
+        from distmc.distributed import explore_ray
 
         sp = expander.splitter
         job = BoxJob(expander.env, sp.net.to_arrays(), expander.faults, expander.init_lo, expander.init_hi,
                      sp.max_splits, sp.method)
-        parts = explore_ray(job, KeyCodec(), keys, workers, address=address)  # type: ignore[arg-type]
+        parts = explore_ray(job, KeyCodec(), keys, RaySettings(workers, address))
         ids = parts.initial
     else:
         parts, ids = explore_bounded(expander, keys, steps)

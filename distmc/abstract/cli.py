@@ -84,6 +84,7 @@ def _run(args: argparse.Namespace) -> None:
     from distmc.abstract.envs import get_env, with_regions
     from distmc.abstract.faults import parse_fault
     from distmc.abstract.network import load_network
+    from distmc.abstract.options import AbstractOptions
     from distmc.abstract.refine import analyse, check_fit
     from distmc.abstract.report import plot, summary, to_json
     from distmc.explore.limits import parse_duration
@@ -93,11 +94,10 @@ def _run(args: argparse.Namespace) -> None:
     faults = parse_fault(args.fault)
     net = load_network(args.policy)
     check_fit(env, net, args.policy)
-    result = analyse(env, net, faults, horizon=args.horizon, refine=args.refine, threshold=args.threshold,
-                     min_size=args.min_size, max_splits=args.max_splits, workers=args.workers,
-                     method=args.bounds, driver=args.driver, address=args.address,
-                     abstraction=args.abstraction, validate=args.validate, seed=args.seed,
-                     progress=_step_line, time_limit=time_limit)
+    options = AbstractOptions(args.horizon, args.refine, args.threshold, args.min_size, args.max_splits, args.workers,
+                              args.bounds, args.driver, args.address, args.abstraction, args.validate, args.seed,
+                              time_limit, _step_line)
+    result = analyse(env, net, faults, options)
     print(summary(result, env, args.rows))
     if args.json_path:
         Path(args.json_path).write_text(to_json(result, env))

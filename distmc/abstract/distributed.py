@@ -1,6 +1,6 @@
 """The abstract MDP on distmc's Ray driver: every actor builds its own box expander and owns states by key hash.
 
-:class:`BoxJob` plays the part of :class:`distmc.pipeline.Job` for :func:`distmc.explore.ray.explore_ray`:
+:class:`BoxJob` plays the part of :class:`distmc.pipeline.Job` for :func:`distmc.distributed.explore_ray`:
 it carries what an actor needs to expand any key (the environment with its regions, the network's weights, the fault
 model, the registered initial boxes, the splitting settings) and builds a :class:`BoxExpander` with it. Image and
 cell keys say what their state is (:mod:`distmc.abstract.mdp`), so no registry is shared. The actors split boxes
@@ -11,8 +11,7 @@ those within the horizon); the bounded properties read the same values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from types import SimpleNamespace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,16 @@ from distmc.abstract.mdp import BoxExpander, KeyCodec
 from distmc.abstract.network import Network
 from distmc.abstract.split import Splitter
 
-__all__ = ["BoxJob", "KeyCodec", "TreePool"]
+__all__ = ["BoxJob", "BoxParts", "KeyCodec", "TreePool"]
+
+
+@dataclass(frozen=True)
+class BoxParts:
+    """What a :class:`BoxJob` builds (:class:`~distmc.explore.contracts.WorkerParts`); its rows carry no rewards."""
+
+    expander: BoxExpander | None
+    codec: KeyCodec
+    reward_names: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -41,14 +49,14 @@ class BoxJob:
     max_splits: int
     method: str
 
-    def build(self, *, explorer: bool = True) -> Any:
-        """The actor's parts: ``expander`` and ``codec``."""
+    def build(self, *, explorer: bool = True) -> BoxParts:
+        """The actor's parts: the box expander (with the initial boxes registered) and the key codec."""
         env = self.env
         splitter = Splitter(Network.from_arrays(self.layers), env.arrays()["cell"], self.max_splits,
                             method=self.method, use_cache=False)
         expander = BoxExpander(env, splitter, self.faults)
         expander.add_initial(self.init_lo, self.init_hi)
-        return SimpleNamespace(expander=expander if explorer else None, codec=KeyCodec())
+        return BoxParts(expander if explorer else None, KeyCodec())
 
 
 class _TreeWorker:
@@ -84,10 +92,10 @@ class TreePool:
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
         import ray
 
-        if not ray.is_initialized():  # as distmc.explore.ray does: our own Ray unless an address is given
+        if not ray.is_initialized():  # as distmc.distributed does: our own Ray unless an address is given
             address = address or os.environ.get("RAY_ADDRESS") or "local"
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        from distmc.explore.ray.coordinator import release_workers
+        from distmc.distributed.pool import release_workers
 
         release_workers()  # explorer actors kept from an earlier run would hold the CPUs these actors need
         self.ray = ray

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from distmc.errors import DistmcError
+from distmc.errors import UsageError
 
 __all__ = ["ENVS", "CartPole", "CartPoleMosaic", "ContinuousEnv", "Pendulum", "get_env", "parse_region", "with_regions"]
 
@@ -273,12 +273,12 @@ def parse_region(env: ContinuousEnv, text: str, flag: str) -> dict[str, tuple[fl
                 raise ValueError
             lo, hi = float(lo_s), float(hi_s)
         except ValueError:
-            raise DistmcError(f"{flag} '{part}': expected VAR=LO:HI, e.g. {env.state_names[0]}=-0.05:0.05") from None
+            raise UsageError(f"{flag} '{part}': expected VAR=LO:HI, e.g. {env.state_names[0]}=-0.05:0.05") from None
         if name not in env.state_names:
-            raise DistmcError(f"{flag} '{part}': {env.name} has no variable '{name}' (it has "
+            raise UsageError(f"{flag} '{part}': {env.name} has no variable '{name}' (it has "
                               f"{', '.join(env.state_names)})")
         if not lo <= hi or math.isnan(lo) or math.isnan(hi):
-            raise DistmcError(f"{flag} '{part}': need LO <= HI")
+            raise UsageError(f"{flag} '{part}': need LO <= HI")
         out[name] = (lo, hi)
     return out
 
@@ -299,10 +299,10 @@ def with_regions(env: ContinuousEnv, init: str | None = None, safe: str | None =
             lo[i], hi[i] = a, b
         _set(out, **{lo_f: tuple(lo), hi_f: tuple(hi)})
     if not all(map(math.isfinite, out.init_lo + out.init_hi)):
-        raise DistmcError("--init: the initial region must be bounded")
+        raise UsageError("--init: the initial region must be bounded")
     if any(a < s for a, s in zip(out.init_lo, out.safe_lo, strict=True)) or any(
             a > s for a, s in zip(out.init_hi, out.safe_hi, strict=True)):
-        raise DistmcError(f"the initial region {_box(out.state_names, out.init_lo, out.init_hi)} does not lie inside "
+        raise UsageError(f"the initial region {_box(out.state_names, out.init_lo, out.init_hi)} does not lie inside "
                           f"the safe box {_box(out.state_names, out.safe_lo, out.safe_hi)}")
     return out
 
@@ -317,5 +317,5 @@ ENVS: dict[str, type[ContinuousEnv]] = {"pendulum": Pendulum, "cartpole": CartPo
 def get_env(name: str) -> ContinuousEnv:
     """The environment called ``name``."""
     if name not in ENVS:
-        raise DistmcError(f"unknown environment '{name}': choose one of {sorted(ENVS)}")
+        raise UsageError(f"unknown environment '{name}': choose one of {sorted(ENVS)}")
     return ENVS[name]()  # type: ignore[call-arg]

@@ -37,7 +37,8 @@ from distmc.abstract.envs import ContinuousEnv, _down, _up
 from distmc.abstract.faults import FaultModel
 from distmc.abstract.split import Splitter
 from distmc.errors import ResourceLimitError
-from distmc.explore.expander import Rows, gather_rows
+from distmc.explore.contracts import Rows
+from distmc.explore.expander import gather_rows
 from distmc.explore.local import explore_local
 from distmc.explore.partition import Explored
 from distmc.model.kernel import NO_ACTION
@@ -62,7 +63,7 @@ class AbstractResult:
 
 
 class KeyCodec:
-    """The key layout the Ray driver routes by: one uint64 word per key."""
+    """The keys of the abstract MDP (:class:`~distmc.explore.contracts.KeyCodec`): one uint64 word each."""
 
     dtype = np.dtype(np.uint64)
     words = 1
@@ -76,7 +77,7 @@ class KeyCodec:
 
 
 class BoxExpander:
-    """The box abstraction as a successor generator behind the explorer's ``expand(keys) -> Rows`` contract."""
+    """The box abstraction as a successor generator (:class:`~distmc.explore.contracts.SuccessorGenerator`)."""
 
     def __init__(self, env: ContinuousEnv, splitter: Splitter, faults: FaultModel) -> None:
         self.env, self.splitter, self.faults = env, splitter, faults
@@ -268,6 +269,10 @@ class BoxExpander:
                     np.concatenate(tgts)[gather], np.concatenate(probs)[gather], {}, loop,
                     np.zeros(b, dtype=bool), 0)
 
+    def policy_counters(self) -> tuple[int, float]:
+        """No policy network runs here (the splitter bounds the network's actions over boxes)."""
+        return 0, 0.0
+
     def labels(self, keys: np.ndarray) -> dict[str, np.ndarray]:
         """``fail`` and ``possibly_fail`` of explored keys."""
         fail = keys == FAIL
@@ -290,7 +295,7 @@ def explore_bounded(expander: BoxExpander, initial_keys: np.ndarray, levels: int
         expander.cutoff = depth >= levels
 
     try:
-        parts = explore_local(expander, initial_keys, batch_states=batch, before_level=cut)  # type: ignore[arg-type]
+        parts = explore_local(expander, initial_keys, batch_states=batch, before_level=cut)
     finally:
         expander.cutoff = False
     return parts, parts.initial

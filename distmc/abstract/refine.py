@@ -13,7 +13,6 @@ or lowers a lower bound. How often the child's own bound was looser is reported 
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,12 +25,13 @@ from distmc.abstract.envs import ContinuousEnv
 from distmc.abstract.faults import FaultModel
 from distmc.abstract.mdp import AbstractResult, BoxExpander
 from distmc.abstract.network import Network
+from distmc.abstract.options import ABSTRACTIONS, AbstractOptions
 from distmc.abstract.simulate import validate as validate_boxes
 from distmc.abstract.split import Splitter
 from distmc.abstract.tree import TreeBounds
-from distmc.errors import DistmcError, PolicyError, PropertyError
+from distmc.errors import PolicyError, PropertyError
 
-__all__ = ["ABSTRACTIONS", "Analysis", "analyse", "bisect"]
+__all__ = ["ABSTRACTIONS", "AbstractOptions", "Analysis", "analyse", "bisect"]
 
 
 @dataclass
@@ -99,12 +99,6 @@ def check_fit(env: ContinuousEnv, net: Network, source: str) -> None:
                           f"has {env.dim} state variables and {len(env.actions)} actions")
 
 
-ABSTRACTIONS = ("tree", "lattice")
-#: Bisections per box when splitting by action, per abstraction (measured in benchmarks/RESULTS.md: in the tree the
-#: pieces of one action are hulled again, so splitting them buys little there and costs most of the time).
-MAX_SPLITS = {"tree": 0, "lattice": 4}
-
-
 class _Bounds:
     """One way to bound a batch of initial boxes: the tree (in-process or on a :class:`TreePool`), or the lattice."""
 
@@ -154,21 +148,12 @@ class _Bounds:
             self.pool.close()
 
 
-def default_workers(abstraction: str, driver: str) -> int:
-    """Workers when none are asked for.
+def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, options: AbstractOptions | None = None, /,
+            **kw: Any) -> Analysis:
+    """Bounds for the initial region, refined ``options.refine`` times (see the module docstring).
 
-    The tree splits on every core (measured faster here, benchmarks/RESULTS.md); the lattice in-process uses one
-    process (its batches are too small to pay for starting the split processes).
-    """
-    return max(1, min(os.cpu_count() or 1, 8)) if abstraction == "tree" or driver == "ray" else 1
-
-
-def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: int, refine: int,
-            threshold: float = 0.05, min_size: float = 1 / 64, max_splits: int | None = None, workers: int | None = None,
-            method: str = "crown", driver: str = "local", address: str | None = None,
-            progress: Any = None, abstraction: str = "tree", validate: int = 0, seed: int = 0,
-            time_limit: float | None = None) -> Analysis:
-    """Bounds for the initial region, refined ``refine`` times (see the module docstring).
+    ``options`` (:class:`~distmc.abstract.options.AbstractOptions`), keywords over them, or keywords alone
+    (``analyse(env, net, faults, horizon=3, refine=5)``); an unknown keyword is a TypeError.
 
     ``abstraction="tree"`` bounds each initial box by its tree of image boxes (:mod:`distmc.abstract.tree`),
     ``"lattice"`` by the abstract MDP over lattice cells checked by Storm (:mod:`distmc.abstract.mdp`).
@@ -182,20 +167,15 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, *, horizon: in
     ``time_limit`` (seconds): refinement stops before a step that would end past it, estimated from the previous
     step's time per box (the steps' costs grow with their number of new boxes); the report says so.
     """
-    if driver not in ("local", "ray"):
-        raise DistmcError(f"driver must be 'local' or 'ray', not '{driver}'")
-    if abstraction not in ABSTRACTIONS:
-        raise DistmcError(f"abstraction must be one of {', '.join(ABSTRACTIONS)}, not '{abstraction}'")
-    max_splits = MAX_SPLITS[abstraction] if max_splits is None else max_splits
-    workers = default_workers(abstraction, driver) if workers is None else workers
-    if refine < 0 or not 0.0 <= threshold <= 1.0 or not 0.0 < min_size <= 1.0 or max_splits < 0 or validate < 0:
-        raise DistmcError("need --refine >= 0, 0 <= --threshold <= 1, 0 < --min-size <= 1, --max-splits >= 0 and "
-                          "--validate >= 0")
+    o = AbstractOptions.build(options, **kw)
+    horizon, refine, threshold, min_size, validate = o.horizon, o.refine, o.threshold, o.min_size, o.validate
+    abstraction, driver, method, progress, time_limit = o.abstraction, o.driver, o.method, o.progress, o.time_limit
+    max_splits, workers = o.splits, o.n_workers
     a = env.arrays()
     width = a["init_hi"] - a["init_lo"]
     t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    bounder = _Bounds(env, net, faults, abstraction, max_splits, method, workers, driver, address)
+    rng = np.random.default_rng(o.seed)
+    bounder = _Bounds(env, net, faults, abstraction, max_splits, method, workers, driver, o.address)
     try:
         lo, hi = a["init_lo"][None, :], a["init_hi"][None, :]
         res = bounder(lo, hi, horizon)

@@ -21,6 +21,7 @@ from stormpy.developer import storage as sst
 
 from distmc._internal.stderr import storm_quiet
 from distmc.assemble.reducer import InducedModel
+from distmc.errors import UsageError
 
 __all__ = ["export", "to_storm", "to_storm_builder", "to_storm_umb", "write_umb"]
 
@@ -207,4 +208,4 @@ def export(m: InducedModel, path: str | Path) -> None:
     elif p.suffix == ".drn":
         write_drn(m, p)
     else:
-        raise ValueError(f"cannot export to '{p.suffix}': use .umb or .drn")
+        raise UsageError(f"cannot export to '{p.suffix}': use .umb or .drn")

@@ -25,7 +25,7 @@ from distmc.assemble.storm import to_storm
 from distmc.check.checker import EXACT_MAX_TRANSITIONS, check
 from distmc.check.properties import PropertySet, PropertySpec
 from distmc.check.result import VALUE_FILTERS, CheckResult, Precision, decide, summarise, widen
-from distmc.errors import DistmcError, PropertyError, ResourceLimitError, SlowConvergenceError
+from distmc.errors import DistmcError, PropertyError, ResourceLimitError, SlowConvergenceError, UsageError
 from distmc.model.packing import StateCodec
 
 __all__ = ["EXACT_TIMEOUT_S", "SLOW_NOTE", "check_native_result", "check_properties", "single_property_states",
@@ -52,7 +52,7 @@ def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Pr
     from distmc.check.native import native_values
 
     if precision.exact:
-        raise DistmcError("the native checker does not check with the exact engine: use --checker storm")
+        raise UsageError("the native checker does not check with the exact engine: use --checker storm")
     model = induced
     if spec.is_reward and len(induced.rewards) > 1:  # the native checker reads the one structure the model has
         name = str(spec.reward_name)

@@ -1,6 +1,6 @@
 """The distributed checker: each Ray worker checks the rows of the states it owns; no process holds the model.
 
-After a Ray exploration every worker (:class:`~distmc.explore.ray.actor.PartitionActor`) still holds the rows of
+After a Ray exploration every worker (:class:`~distmc.distributed.actor.PartitionActor`) still holds the rows of
 its own states, with global target ids. :func:`build_part` turns them into a :class:`WorkerPart`:
 
 * the worker's ``n`` states in global-id order (its *slots*), one row each (an induced DTMC);
@@ -49,7 +49,7 @@ from distmc.model.expr import CompiledExpr
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 
-__all__ = ["Mailbox", "WorkerEngine", "WorkerPart", "build_part", "own_slots"]
+__all__ = ["Mailbox", "WorkerEngine", "WorkerPart", "build_part", "combine_checks", "own_slots"]
 
 #: How long a worker waits for a peer's message before it gives up (a peer that is gone is seen by the driver
 #: first, which then ends every worker; this bounds a wait nobody ends).
@@ -321,7 +321,7 @@ class WorkerEngine:
     Args:
         part: this worker's part (served: :meth:`WorkerPart.serve` done).
         peers: every worker's Ray actor handle, by rank (``deliver`` and ``mail`` as in
-            :class:`~distmc.explore.ray.actor.PartitionActor`).
+            :class:`~distmc.distributed.actor.PartitionActor`).
         mailbox: where the peers' messages arrive.
         limits: time and memory limits of the run, checked every few steps.
         progress: where the step being done is written (the driver reads it for the live line).
@@ -462,3 +462,22 @@ class WorkerEngine:
     def progress(self, what: str) -> None:
         if self._progress is not None:
             self._progress(what)
+
+
+def combine_checks(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per property, the workers' arrays at their initial states (their ``check_run`` results), in global-id order.
+
+    The arrays: ``value``, ``lower``, ``upper``, or a partial check's sides; with the slowest worker's ``check_s``.
+    """
+    gids = np.concatenate([r["gids"] for r in results])
+    order = np.argsort(gids, kind="stable")
+    out = []
+    for i in range(len(results[0]["checks"])):
+        first = results[0]["checks"][i]
+        one: dict[str, Any] = {k: np.concatenate([r["checks"][i][k] for r in results])[order]
+                               for k, v in first.items() if isinstance(v, np.ndarray)}
+        one["check_s"] = max(float(r["checks"][i]["check_s"]) for r in results)
+        if "note" in first:
+            one["note"] = first["note"]
+        out.append(one)
+    return out

@@ -34,117 +34,31 @@ order, so the result does not depend on the thread count.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
-import stormpy.logic as sl
 
 from distmc.assemble.reducer import InducedModel
 from distmc.check.checker import MAX_ITERATIONS
+from distmc.check.forms import (
+    Labelled,
+    Recurrence,
+    path_of,
+    reachability,
+    rewards_of,
+    states_of,
+    step_recurrence,
+    unsupported,
+)
 from distmc.check.kernels import ChunkedCSR, reach_back_from
 from distmc.check.properties import PropertySpec
 from distmc.check.result import DEFAULT_PRECISION, Precision
 from distmc.errors import PropertyError, SlowConvergenceError
 
-__all__ = ["Engine", "LocalEngine", "Stop", "at_initial", "check_native", "matrix_of", "native_values", "reachability",
-           "unsupported", "values_of"]
-
-_STEP_BOUND = re.compile(r"U(<=|<)")
-
-
-def _state_formula_supported(f: Any) -> bool:
-    # Propositional parts over variables and PRISM labels are one atomic expression once the property's labels
-    # are expanded (:func:`~distmc.check.properties.parse_property`); only the negation of a built-in label
-    # ("init", "deadlock") stays a formula of its own.
-    if isinstance(f, sl.UnaryBooleanStateFormula):  # negation, the only unary one
-        return _state_formula_supported(f.subformula)
-    return isinstance(f, (sl.AtomicExpressionFormula, sl.AtomicLabelFormula, sl.BooleanLiteralFormula))
-
-
-def _path(spec: PropertySpec) -> tuple[Any, Any, int | None]:
-    """(phi1, phi2, step bound or None) of the property's path formula; phi1 None means ``true``."""
-    sub = spec.formula.subformula
-    if isinstance(sub, sl.EventuallyFormula):
-        return None, sub.subformula, None
-    if isinstance(sub, sl.UntilFormula):
-        return sub.left_subformula, sub.right_subformula, None
-    if isinstance(sub, sl.BoundedUntilFormula):
-        bound = _STEP_BOUND.search(str(sub))
-        k = int(str(sub.upper_bound_expression))
-        return sub.left_subformula, sub.right_subformula, k - 1 if bound and bound.group(1) == "<" else k
-    raise AssertionError("unreachable: unsupported() admits no other path formula")
-
-
-_REWARD_BOUND = re.compile(r"^(C|I)(<=|=)(\d+)$")
-
-
-def unsupported(spec: PropertySpec, kind: str) -> str | None:
-    """Why the native checker cannot check ``spec`` on an induced ``kind`` model (None: it can)."""
-    if kind != "dtmc":
-        return "it checks DTMCs only (this induced model keeps nondeterminism: an MDP)"
-    f = spec.formula
-    if isinstance(f, sl.LongRunAverageOperatorFormula):
-        return "long-run averages (S=?, LRA=?) are checked by Storm only (use --checker storm or auto)"
-    if isinstance(f, sl.TimeOperatorFormula):
-        return "expected times (T=?) are checked by Storm only; R=? [F ...] with a reward of 1 per step is the same"
-    sub = f.subformula
-    if spec.is_reward:
-        if isinstance(sub, sl.EventuallyFormula):
-            sides = [sub.subformula]
-        elif isinstance(sub, (sl.CumulativeRewardFormula, sl.InstantaneousRewardFormula)):
-            bound = _REWARD_BOUND.match(str(sub).replace(" ", ""))
-            if bound is None or (bound.group(1) == "C") != (bound.group(2) == "<="):
-                return "it checks rewards of the forms F phi, C<=k and I=k only"
-            return None
-        else:
-            return "it checks rewards of the forms F phi, C<=k and I=k only"
-    elif not isinstance(f, sl.ProbabilityOperatorFormula):
-        return "it checks P=? and R=? properties only"
-    elif isinstance(sub, sl.EventuallyFormula):
-        sides = [sub.subformula]
-    elif isinstance(sub, sl.UntilFormula):
-        sides = [sub.left_subformula, sub.right_subformula]
-    elif isinstance(sub, sl.BoundedUntilFormula):
-        if sub.has_lower_bound or sub.is_multi_dimensional or _STEP_BOUND.search(str(sub)) is None:
-            return "it checks step bounds of the form <=k or <k only"
-        try:
-            int(str(sub.upper_bound_expression))
-        except ValueError:
-            return f"the step bound {sub.upper_bound_expression} is not an integer"
-        sides = [sub.left_subformula, sub.right_subformula]
-    else:
-        return "it checks F, U and their step-bounded forms only"
-    if not all(_state_formula_supported(s) for s in sides):
-        return "it checks propositional state formulas inside the path formula only"
-    return None
-
-
-def _states(f: Any, m: Labelled) -> np.ndarray:
-    """``[N]`` bool: the states satisfying the propositional state formula ``f``."""
-    n = m.n_states
-    if f is None:
-        return np.ones(n, dtype=bool)
-    if isinstance(f, sl.BooleanLiteralFormula):
-        return np.full(n, str(f) == "true", dtype=bool)
-    if isinstance(f, sl.UnaryBooleanStateFormula):
-        return ~_states(f.subformula, m)
-    name = f.label if isinstance(f, sl.AtomicLabelFormula) else str(f)
-    if name not in m.labels:
-        raise PropertyError(f"the induced model has no label for '{name}'")
-    return m.labels[name]
-
-
-def reachability(spec: PropertySpec, m: Labelled) -> tuple[np.ndarray, np.ndarray, int | None]:
-    """``phi1`` ``[N]`` bool, ``phi2`` ``[N]`` bool and the step bound (None: unbounded) of ``P=? [phi1 U phi2]``.
-
-    ``F phi`` is ``true U phi``; ``<k`` is ``<=k-1``. Only for a property :func:`unsupported` admits.
-    """
-    left, right, k = _path(spec)
-    return _states(left, m), _states(right, m), k
-
+__all__ = ["Engine", "LocalEngine", "Recurrence", "Stop", "at_initial", "check_native", "matrix_of", "native_values",
+           "reachability", "step_recurrence", "unsupported", "values_of"]
 
 class Engine(Protocol):
     """The collective operations the checks below are written against (one per worker, the same calls on all).
@@ -375,17 +289,6 @@ class Stop:
     everywhere: Precision | None = None
 
 
-class Labelled(Protocol):
-    """What the checks read of a model besides its rows: an :class:`InducedModel`, or one worker's part of it."""
-
-    labels: dict[str, np.ndarray]  # name -> [n] bool
-    rewards: dict[str, tuple[np.ndarray | None, np.ndarray | None]]  # name -> (state [n], action [n]) rewards
-    initial: np.ndarray  # [I] int64, the initial states among the n
-
-    @property
-    def n_states(self) -> int: ...
-
-
 Values = tuple[np.ndarray, np.ndarray, np.ndarray]  # ([n] value, [n] lower bound, [n] upper bound)
 
 
@@ -412,37 +315,25 @@ def values_of(e: Engine, m: Labelled, spec: PropertySpec, precision: Precision |
     relevant[m.initial] = True
     everywhere = Precision(DEFAULT_PRECISION if precision.relative else precision.eps, rel=None)
     stop = Stop(precision, relevant, everywhere)
+    rec = step_recurrence(spec, m)
+    if rec is not None:
+        return _exact(_steps(e, rec.x0, rec.add, rec.active, rec.fixed, rec.k))
     return (_reward if spec.is_reward else _probability)(e, m, spec, stop, max_iterations)
 
 
 def _probability(e: Engine, m: Labelled, spec: PropertySpec, precision: Stop, max_iterations: int) -> Values:
-    left, right, k = _path(spec)
-    phi1, phi2 = _states(left, m), _states(right, m)
-    zero = np.zeros(m.n_states)
-    if k is not None:
-        fixed = phi2.astype(np.float64)
-        return _exact(_steps(e, fixed, zero, phi1 & ~phi2, fixed, max(k, 0)))
+    left, right, _ = path_of(spec)
+    phi1, phi2 = states_of(left, m), states_of(right, m)
     greater0, prob1 = _graph(e, phi1, phi2)
-    return _sound(e, prob1.astype(np.float64), zero, greater0 & ~prob1, precision, max_iterations)
+    return _sound(e, prob1.astype(np.float64), np.zeros(m.n_states), greater0 & ~prob1, precision, max_iterations)
 
 
 def _reward(e: Engine, m: Labelled, spec: PropertySpec, precision: Stop, max_iterations: int) -> Values:
     n = m.n_states
-    # the property's structure (the model may carry several, for several properties)
-    given, action = m.rewards[str(spec.reward_name)] if spec.reward_name is not None else next(iter(m.rewards.values()))
-    state = np.zeros(n) if given is None else given
-    total = state + (0.0 if action is None else action)  # a DTMC's row r is state r's only choice
     sub = spec.formula.subformula
     every = np.ones(n, dtype=bool)
-    if not isinstance(sub, sl.EventuallyFormula):
-        kind, _, k = _REWARD_BOUND.match(str(sub).replace(" ", "")).groups()  # type: ignore[union-attr]
-        if kind == "C":  # reward collected in the first k steps
-            return _exact(_steps(e, np.zeros(n), total, every, total, int(k)))
-        if given is None:
-            raise PropertyError(f"'{spec.text}': the reward structure has no state rewards (as Storm refuses it: "
-                                "the instantaneous reward would be 0 everywhere)")
-        return _exact(_steps(e, state, np.zeros(n), every, state, int(k)))  # I=k: the state reward at step k
-    target = _states(sub.subformula, m)
+    _, _, total = rewards_of(m, spec)
+    target = states_of(sub.subformula, m)
     _, prob1 = _graph(e, every, target)
     active = prob1 & ~target  # Storm: infinite where the target is reached with probability < 1, 0 on it
     out = _sound(e, np.zeros(n), np.where(active, total, 0.0), active, precision, max_iterations)

@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from distmc.errors import DistmcError
+from distmc.errors import UsageError
 
 __all__ = ["DEFAULT_PRECISION", "DEFAULT_RELATIVE", "ROUNDING_ULPS", "TRUTH_FILTERS", "VALUE_FILTERS", "CheckResult",
            "Precision", "Value", "decide", "result_entry", "result_line", "summarise", "widen"]
@@ -66,7 +66,7 @@ class Precision:
 
     def __post_init__(self) -> None:
         if not (0.0 < self.eps < 1.0):
-            raise DistmcError(f"--precision{'' if self.relative else '-abs'} must be in (0, 1), not {self.eps}")
+            raise UsageError(f"--precision{'' if self.relative else '-abs'} must be in (0, 1), not {self.eps}")
 
     @classmethod
     def from_options(cls, precision: float | None, precision_abs: float | None, exact: bool = False,
@@ -76,7 +76,7 @@ class Precision:
         MDPs get sound bounds (interval iteration) whenever a precision is given, or with ``sound_mdp``.
         """
         if precision is not None and precision_abs is not None:
-            raise DistmcError("give --precision (relative) or --precision-abs (absolute), not both")
+            raise UsageError("give --precision (relative) or --precision-abs (absolute), not both")
         given = precision is not None or precision_abs is not None
         if precision is not None:
             return cls(float(precision), relative=True, exact=exact, sound_mdp=True, rel=None)

@@ -36,9 +36,9 @@ def main(args: argparse.Namespace) -> int:
     """Run ``distmc curve`` with parsed ``args``."""
 
     def body() -> None:
-        from distmc.cli import _example_path, options_from_args
+        from distmc._internal.subcommand import example_path, options_from_args
         from distmc.curve.curve import curve, plot_curve
-        from distmc.errors import DistmcError
+        from distmc.errors import UsageError
 
         if args.plot:
             from distmc._internal.deps import require
@@ -47,9 +47,9 @@ def main(args: argparse.Namespace) -> int:
         try:
             steps = None if args.steps is None else [int(s) for s in args.steps.split(",")]
         except ValueError:
-            raise DistmcError(f"--steps must be integers separated by commas, not '{args.steps}'") from None
+            raise UsageError(f"--steps must be integers separated by commas, not '{args.steps}'") from None
         report = curve(
-            _example_path(args.model),
+            example_path(args.model),
             args.prop,
             list(args.policies),
             options_from_args(args, skip=("json_path", "plot", "steps")),

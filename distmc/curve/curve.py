@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from distmc.curve.engine import CurvePoint, SharedModel, checkpoint_step
-from distmc.errors import DistmcError
+from distmc.errors import UsageError
 from distmc.options import VerifyOptions
 
 __all__ = ["CurveReport", "curve", "plot_curve"]
@@ -76,11 +76,11 @@ def curve(
     """
     opts = VerifyOptions.build(options, **kw)
     if not policies:
-        raise DistmcError("distmc curve needs at least one policy (--policies CKPT ...)")
+        raise UsageError("distmc curve needs at least one policy (--policies CKPT ...)")
     if steps is not None and len(steps) != len(policies):
-        raise DistmcError(f"--steps gives {len(steps)} steps for {len(policies)} policies")
+        raise UsageError(f"--steps gives {len(steps)} steps for {len(policies)} policies")
     if opts.mode == "monolithic":
-        raise DistmcError("distmc curve verifies policies: use --mode stochastic or deterministic")
+        raise UsageError("distmc curve verifies policies: use --mode stochastic or deterministic")
     at = steps or [checkpoint_step(p, i) for i, p in enumerate(policies)]
     t0 = time.perf_counter()
     report = CurveReport(str(model_path), prop, "separate" if separate else "shared")
@@ -95,10 +95,10 @@ def curve(
         else:
             report.explore_s = shared.explore_s
             report.mdp_states, report.mdp_transitions = shared.n_states, shared.mdp.n_transitions
-    for policy, step in zip(policies, at, strict=True):
-        report.points.append(
-            shared.check(policy, step) if shared is not None else _separate(model_path, prop, opts, policy, step)
-        )
+    if shared is not None:
+        report.points = shared.check_many(list(zip(policies, at, strict=True)))
+    else:
+        report.points = [_separate(model_path, prop, opts, p, s) for p, s in zip(policies, at, strict=True)]
     report.total_s = time.perf_counter() - t0
     return report
 
@@ -110,7 +110,7 @@ def _separate(model_path: str | Path, prop: str, opts: VerifyOptions, policy: st
     r = verify(model_path, prop, VerifyOptions.build(opts, policy=policy))
     assert isinstance(r, Report)
     if isinstance(r.result, dict):
-        raise DistmcError(
+        raise UsageError(
             f"{policy}: the induced model is an MDP (same-label choices the policy does not resolve), "
             "its value a min and a max: use --resolve uniform for a curve"
         )

@@ -23,31 +23,34 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numba as nb
 import numpy as np
 
-from distmc.assemble.reducer import InducedModel, label_states
+from distmc.assemble.reducer import InducedModel, assemble
 from distmc.assemble.storm import to_storm
-from distmc.check.dispatch import check_properties
+from distmc.check.dispatch import check_properties, vector_result
+from distmc.check.forms import Recurrence, step_recurrence, unsupported
 from distmc.check.result import CheckResult, Precision
-from distmc.errors import DistmcError
-from distmc.explore.expander import Expander, gather_rows
+from distmc.curve.batched import steps_many
+from distmc.errors import ResourceLimitError, UsageError
+from distmc.explore.expander import Expander
 from distmc.explore.limits import Limits, parse_duration, parse_memory
 from distmc.explore.local import explore_local
 from distmc.options import VerifyOptions
 from distmc.pipeline import Job, Parts
 from distmc.policy import load_policy
-from distmc.policy.shielded import KeyIndex
 
-__all__ = ["CurvePoint", "SharedModel", "checkpoint_step"]
+__all__ = ["BATCH", "BATCH_BYTES", "CurvePoint", "SharedModel", "checkpoint_step"]
 
-
-#: States expanded at a time when the per-action rows are built.
-ROWS_BATCH = 1 << 16
+#: Checkpoints checked together in one batched pass (step-bounded properties), at most.
+BATCH = 16
+#: Bytes the batched pass's ``[T, K]`` probabilities may take: ``K`` is chosen to fit (at least 1).
+BATCH_BYTES = 2 << 30
 
 
 def checkpoint_step(path: str | Path, default: int) -> int:
@@ -72,16 +75,16 @@ class CurvePoint:
 
 
 class SharedModel:
-    """The MDP of every action (explored once) and the fused-row structure every policy's DTMC is built on.
+    """The MDP of every action (explored once), on which every policy's DTMC is a reweighting.
 
     Attributes:
-        parts: the parsed model, property, kernel (and the uniform policy that found the states).
+        parts: the parsed model, property and kernel (monolithic mode: no policy).
         mdp: the assembled MDP (``row_action`` per row; self-loop rows of terminal and deadlock states: -1).
         states: ``[N, V]`` int64 decoded states.
         enabled: ``[N, A_model]`` bool, the actions each state enables.
         row_state: ``[R]`` int64.
-        dest: ``[T]`` int64, the position of each MDP transition in the fused rows.
-        d_offsets, d_targets: ``[N + 1]``, ``[T_d]`` int64: the fused rows' CSR (targets sorted within a row).
+        targets, prob: ``[T]`` the MDP's transitions (int32 targets where they fit), shared with ``mdp``.
+        fused: the fused rows (a policy's DTMC), made when a policy is first checked alone.
         explore_s: seconds of the exploration and assembly.
     """
 
@@ -89,21 +92,24 @@ class SharedModel:
         t0 = time.perf_counter()
         self.opts = opts
         self.prop = prop
-        # the states: those the uniform policy reaches (every enabled action kept: the MDP's reachable states),
-        # explored on the explorer's fast path, which fuses each state's actions into one row
-        job = Job(str(model_path), prop, opts.constants, "uniform", None, "stochastic", 0.0, opts.resolve)
+        # the MDP reachable under some policy, a row per enabled choice: one exploration in monolithic mode (the
+        # explorer numbers the successors as it finds them, so no second kernel pass and no key look-up)
+        job = Job(str(model_path), prop, opts.constants, None, None, "monolithic", 0.0, opts.resolve)
         self.parts: Parts = job.build()
         parts = self.parts
         if parts.model.model_type != "mdp":
-            raise DistmcError(f"{model_path} is a dtmc: no policy acts in it")
+            raise UsageError(f"{model_path} is a dtmc: no policy acts in it")
         assert parts.expander is not None
         limits = Limits(opts.max_states, parse_memory(opts.max_memory), parse_duration(opts.timeout))
         explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states), limits=limits)
+        if "expanded" in explored.stats:
+            raise ResourceLimitError(
+                f"the shared exploration stopped before its end ({explored.stats.get('stopped', 'a limit')}): "
+                "a curve needs every state; raise the limit or run the checkpoints separately (--separate)"
+            )
         self.depth = int(explored.stats.get("depth", 0))
-        keys, initial, loop, deadlock = explored.keys, explored.initial, explored.loop, explored.deadlock
+        mdp = assemble(explored, parts.model, parts.codec, parts.props.atoms, parts.reward_names, force_mdp=True)
         del explored
-        # then one row per enabled action of every state, its successors numbered by the explored states
-        mdp = self._action_rows(keys, initial, loop, deadlock)
         self.mdp = mdp
         n = mdp.n_states
         self.row_state = np.repeat(np.arange(n, dtype=np.int64), np.diff(mdp.row_groups))
@@ -113,79 +119,36 @@ class SharedModel:
         self.enabled[self.row_state[acted], mdp.row_action[acted]] = True
         # several rows of one action in a state: same-label choices, which a policy does not resolve
         self.same_label = bool((np.bincount(self.row_state[acted], minlength=n) > self.enabled.sum(axis=1)).any())
+        # the MDP's transitions in one array each (int32 targets where they fit: less to read per sweep)
+        self.targets = mdp.targets.astype(np.int32 if n < 2**31 else np.int64)
         self.prob = mdp.prob
-        self.branch_row = np.repeat(np.arange(mdp.n_rows, dtype=np.int64), np.diff(mdp.row_offsets))
-        self.d_offsets, self.d_targets, self.dest = _fuse(mdp.row_groups, mdp.row_offsets, mdp.targets)
+        mdp.target_chunks, mdp.prob_chunks = [self.targets], [self.prob]
+        self._fused: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._fused_count: int | None = None
         self.explore_s = time.perf_counter() - t0
 
-    def _action_rows(
-        self, keys: np.ndarray, initial: np.ndarray, loop: np.ndarray, deadlock: np.ndarray
-    ) -> InducedModel:
-        """The MDP over ``keys`` ``[N]``: a row per enabled action (kernel order), a self-loop per ``loop`` state."""
-        parts = self.parts
-        assert parts.expander is not None
-        kernel, codec, model = parts.expander.kernel, parts.codec, parts.model
-        index = KeyIndex(keys)
-        rewards = [model.reward(r) for r in parts.reward_names]
-        st, act, cnt, tg, pr = [], [], [], [], []
-        rew: dict[str, list[np.ndarray]] = {r.name: [] for r in rewards}
-        for lo in range(0, keys.shape[0], ROWS_BATCH):
-            k = keys[lo : lo + ROWS_BATCH]
-            states = codec.unpack(k)
-            active = np.flatnonzero(~loop[lo : lo + ROWS_BATCH])
-            exp = kernel.expand(states[active], k[active])
-            c_state = active[exp.choice_state]
-            ids = index.find(exp.succ_keys)
-            if (ids < 0).any():
-                raise AssertionError("a successor outside the explored states")
-            loops = np.flatnonzero(loop[lo : lo + ROWS_BATCH])
-            row_state = np.concatenate([c_state, loops])
-            counts = np.concatenate([np.diff(exp.branch_offsets), np.ones(loops.size, dtype=np.int64)])
-            offsets = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-            np.cumsum(counts, out=offsets[1:])
-            targets = np.concatenate([ids, lo + loops])
-            prob = np.concatenate([exp.prob, np.ones(loops.size)])
-            order = np.argsort(row_state, kind="stable")
-            gather, offsets = gather_rows(order, offsets)
-            st.append(lo + row_state[order])
-            act.append(np.concatenate([exp.choice_action, np.full(loops.size, -1, dtype=np.int64)])[order])
-            cnt.append(np.diff(offsets))
-            tg.append(targets[gather])
-            pr.append(prob[gather])
-            for r in rewards:
-                c_rew = r.choice_rewards(states, c_state, exp.choice_action, kernel.action_id)
-                rew[r.name].append(np.concatenate([c_rew, np.zeros(loops.size)])[order])
-        row_state = np.concatenate(st)
-        n = keys.shape[0]
-        row_groups = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(row_state, minlength=n), out=row_groups[1:])
-        row_offsets = np.zeros(row_state.shape[0] + 1, dtype=np.int64)
-        np.cumsum(np.concatenate(cnt), out=row_offsets[1:])
-        init = np.zeros(n, dtype=bool)
-        init[initial] = True
-        labels, rew_out = label_states(
-            keys,
-            model,
-            codec,
-            parts.props.atoms,
-            parts.reward_names,
-            init,
-            deadlock,
-            loop,
-            {k: np.concatenate(v) for k, v in rew.items()},
-        )
-        return InducedModel(
-            "mdp",
-            row_groups,
-            row_offsets,
-            [np.concatenate(tg)],
-            [np.concatenate(pr)],
-            np.concatenate(act),
-            initial,
-            labels,
-            rew_out,
-            keys,
-        )
+    @property
+    def fused_transitions(self) -> int:
+        """The transitions of a policy's DTMC that keeps every row (the fused rows' distinct targets)."""
+        if self._fused is not None:
+            return int(self._fused[0][-1])
+        if self._fused_count is None:
+            self._fused_count = int(_fused_count(self.mdp.row_groups, self.mdp.row_offsets, self.targets))
+        return self._fused_count
+
+    @property
+    def fused(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The fused rows (one per state, a policy's DTMC), made when first asked (a policy checked alone).
+
+        ``(d_offsets [N + 1], d_targets [T_d] int64 sorted within a row, dest [T]: each MDP transition's position
+        in them, branch_row [T]: each MDP transition's row)``.
+        """
+        if self._fused is None:
+            m = self.mdp
+            d_offsets, d_targets, dest = _fuse(m.row_groups, m.row_offsets, self.targets)
+            branch_row = np.repeat(np.arange(m.n_rows, dtype=np.int64), np.diff(m.row_offsets))
+            self._fused = (d_offsets, d_targets, dest, branch_row)
+        return self._fused
 
     @property
     def n_states(self) -> int:
@@ -211,12 +174,28 @@ class SharedModel:
         act = self.mdp.row_action
         return np.where(act >= 0, w[self.row_state, np.maximum(act, 0)], 1.0)
 
+    def fused_prob(self, w_row: np.ndarray) -> np.ndarray:
+        """``[T_d]`` the fused rows' probabilities under row weights ``w_row`` ``[R]``."""
+        _, d_targets, dest, branch_row = self.fused
+        return np.bincount(dest, weights=self.prob * w_row[branch_row], minlength=d_targets.shape[0])
+
+    def row_rewards(self, w_row: np.ndarray) -> dict[str, tuple[np.ndarray | None, np.ndarray | None]]:
+        """Each reward structure's (state rewards, policy-weighted action rewards per state) under ``w_row``."""
+        n = self.mdp.n_states
+        return {
+            name: (
+                state_r,
+                None if action_r is None else np.bincount(self.row_state, weights=action_r * w_row, minlength=n),
+            )
+            for name, (state_r, action_r) in self.mdp.rewards.items()
+        }
+
     def induced(self, w_row: np.ndarray) -> InducedModel:
         """The DTMC of row weights ``w_row`` ``[R]``, restricted to the states it reaches."""
         m = self.mdp
         n = m.n_states
-        prob = np.bincount(self.dest, weights=self.prob * w_row[self.branch_row], minlength=self.d_targets.shape[0])
-        offsets, targets = self.d_offsets, self.d_targets
+        prob = self.fused_prob(w_row)
+        offsets, targets = self.fused[:2]
         keep_t = prob > 0
         if not keep_t.all():
             counts = np.add.reduceat(keep_t.astype(np.int64), offsets[:-1]) if n else np.zeros(0, np.int64)
@@ -226,10 +205,7 @@ class SharedModel:
             targets, prob = targets[keep_t], prob[keep_t]
         # every row kept (a softmax policy): the MDP's states, all reachable; else search from the initial states
         reach = np.ones(n, dtype=bool) if (w_row > 0).all() else _reachable(offsets, targets, m.initial, n)
-        row_rew = {}
-        for name, (state_r, action_r) in m.rewards.items():
-            a = None if action_r is None else np.bincount(self.row_state, weights=action_r * w_row, minlength=n)
-            row_rew[name] = (state_r, a)
+        row_rew = self.row_rewards(w_row)
         if reach.all():
             ids = None
             labels = m.labels
@@ -265,26 +241,82 @@ class SharedModel:
     def check(self, spec_policy: str, step: int) -> CurvePoint:
         """Load the policy ``spec_policy``, build its DTMC and check the property like ``distmc run`` would."""
         t0 = time.perf_counter()
+        induced = self.induced(self.weights(self._load(spec_policy)))
+        return self._point(spec_policy, step, induced, _check(self.parts, induced, self.opts), time.perf_counter() - t0)
+
+    def check_many(self, policies: Sequence[tuple[str, int]]) -> list[CurvePoint]:
+        """:meth:`check` of each ``(policy, step)``, the step-bounded ones :data:`BATCH` at a time in one pass.
+
+        A policy that keeps every row (a softmax) of a step-bounded property (``F<=k``, ``U<=k``, ``C<=k``,
+        ``I=k``) checked by distmc's own kernels (``--checker native`` or ``auto``) joins a batch, whose steps run
+        together on the MDP's rows (:func:`distmc.curve.batched.steps_many`); any other is checked alone, in its
+        place. A batched point's ``seconds`` is its own forward pass and weights plus an equal share of its batch's
+        check.
+        """
+        o, spec, m = self.opts, self.parts.spec, self.mdp
+        init = m.initial
+        batchable = (
+            o.checker in ("auto", "native")
+            and not o.exact
+            and unsupported(spec, "dtmc") is None
+            and not (init.shape[0] > 1 and spec.filter in ("avg", "sum", "first", "count"))
+        )
+        # a weight column [R] and three value columns [N] (and their copies) per checkpoint of a batch
+        width = max(1, min(BATCH, BATCH_BYTES // max(1, 8 * (m.n_rows + 6 * m.n_states))))
+        p_min = float(self.prob.min(initial=1.0))
+        out: list[CurvePoint] = []
+        pending: list[tuple[str, int, float, Recurrence]] = []
+        weights = np.empty((0, 0))
+
+        def flush() -> None:
+            if not pending:
+                return
+            t0 = time.perf_counter()
+            cols = weights if len(pending) == weights.shape[1] else np.ascontiguousarray(weights[:, : len(pending)])
+            values = steps_many(m.row_groups, m.row_offsets, self.targets, self.prob, cols, [p[3] for p in pending])
+            share = (time.perf_counter() - t0) / len(pending)
+            for j, (policy, step, own_s, _) in enumerate(pending):
+                v = values[init, j]
+                point = self._point(policy, step, None, vector_result(spec, v, v, v, "native"), own_s + share)
+                out.append(point)
+            pending.clear()
+
+        for lo in range(0, len(policies), width):
+            chunk = list(policies[lo : lo + width])
+            for policy, step in chunk:
+                t0 = time.perf_counter()
+                w_row = self.weights(self._load(policy))
+                # every row kept, and no weight so small that weight x probability rounds to 0 (the policy's own
+                # run would then lose that transition): the policy's DTMC is the MDP's every row, weighted
+                if batchable and float(w_row.min(initial=1.0)) * p_min > 0:
+                    rec = step_recurrence(spec, replace(m, rewards=self.row_rewards(w_row)))
+                    if rec is not None:
+                        if not pending:
+                            weights = np.empty((m.n_rows, len(chunk)))
+                        weights[:, len(pending)] = w_row
+                        pending.append((policy, step, time.perf_counter() - t0, rec))
+                        continue
+                flush()
+                induced = self.induced(w_row)
+                res = _check(self.parts, induced, o)
+                out.append(self._point(policy, step, induced, res, time.perf_counter() - t0))
+            flush()
+        return out
+
+    def _load(self, spec_policy: str) -> Any:
         o = self.opts
-        policy = load_policy(spec_policy, self.parts.model, o.interface, trust=o.trust_policy)
-        w_row = self.weights(policy)
-        induced = self.induced(w_row)
-        res = _check(self.parts, induced, o)
+        return load_policy(spec_policy, self.parts.model, o.interface, trust=o.trust_policy, dtype=o.policy_dtype)
+
+    def _point(
+        self, policy: str, step: int, induced: InducedModel | None, res: CheckResult, seconds: float
+    ) -> CurvePoint:
+        """The curve's point of a check (``induced`` None: the DTMC of every MDP row, as a softmax policy keeps)."""
         bounds = [float(x) for x in res.bounds] if isinstance(res.bounds, tuple) else None
         if isinstance(res.value, dict):
-            raise DistmcError(f"{self.prop}: a policy's DTMC has one value, not min and max")
-        value = float(res.value)
-        return CurvePoint(
-            str(spec_policy),
-            step,
-            value,
-            time.perf_counter() - t0,
-            induced.n_states,
-            induced.n_transitions,
-            True,
-            bounds,
-            res.truth,
-        )
+            raise UsageError(f"{self.prop}: a policy's DTMC has one value, not min and max")
+        states = induced.n_states if induced is not None else self.n_states
+        transitions = induced.n_transitions if induced is not None else self.fused_transitions
+        return CurvePoint(str(policy), step, float(res.value), seconds, states, transitions, True, bounds, res.truth)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -323,6 +355,20 @@ def _fuse(row_groups, row_offsets, targets):  # pragma: no cover - compiled
             dest[buf_i[j]] = out - 1
         d_offsets[s + 1] = out
     return d_offsets, d_targets[:out].copy(), dest
+
+
+@nb.njit(cache=True, nogil=True)
+def _fused_count(row_groups, row_offsets, targets):  # pragma: no cover - compiled
+    """The number of distinct targets over each state's rows, summed (the fused rows' transitions)."""
+    n = row_groups.shape[0] - 1
+    total = 0
+    for s in range(n):
+        lo, hi = row_offsets[row_groups[s]], row_offsets[row_groups[s + 1]]
+        buf = np.sort(targets[lo:hi])
+        for j in range(buf.shape[0]):
+            if j == 0 or buf[j] != buf[j - 1]:
+                total += 1
+    return total
 
 
 def _reachable(offsets: np.ndarray, targets: np.ndarray, initial: np.ndarray, n: int) -> np.ndarray:

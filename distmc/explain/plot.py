@@ -14,21 +14,21 @@ from typing import Any
 
 import numpy as np
 
-from distmc.errors import DistmcError
+from distmc.errors import MissingDependencyError, UsageError
 from distmc.model.program import Model
 
 __all__ = ["aggregate", "plot_values", "plot_variables", "require_matplotlib"]
 
 
 def require_matplotlib() -> Any:
-    """``matplotlib.pyplot`` with the file-only Agg backend; a :class:`DistmcError` saying how to get it if missing."""
+    """``matplotlib.pyplot`` with the file-only Agg backend; a :class:`~distmc.errors.MissingDependencyError` saying how to get it if missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise DistmcError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
+        raise MissingDependencyError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
     return plt
 
 
@@ -38,15 +38,15 @@ def plot_variables(model: Model, given: str | list[str] | tuple[str, ...] | None
     if given is None:
         ints = [i for i, v in enumerate(model.variables) if not v.is_bool]
         if len(ints) < 2:
-            raise DistmcError(f"--plot: {model.path.name} has fewer than two int variables; name two with "
+            raise UsageError(f"--plot: {model.path.name} has fewer than two int variables; name two with "
                               f"--plot-vars (variables: {', '.join(names)})")
         return ints[0], ints[1]
     pair = [s.strip() for s in given.split(",")] if isinstance(given, str) else list(given)
     if len(pair) != 2 or pair[0] == pair[1]:
-        raise DistmcError(f"--plot-vars takes two different variables, as in x,y (not '{given}')")
+        raise UsageError(f"--plot-vars takes two different variables, as in x,y (not '{given}')")
     bad = [p for p in pair if p not in names]
     if bad:
-        raise DistmcError(f"--plot-vars: {', '.join(bad)} is not a variable of {model.path.name} "
+        raise UsageError(f"--plot-vars: {', '.join(bad)} is not a variable of {model.path.name} "
                           f"(variables: {', '.join(names)})")
     return names.index(pair[0]), names.index(pair[1])
 

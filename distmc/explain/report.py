@@ -16,8 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.phases import PhaseClock
 from distmc.assemble.reducer import InducedModel
-from distmc.check.native import reachability, unsupported
+from distmc.assemble.storm import to_storm
+from distmc.check.checker import check_values
+from distmc.check.native import LocalEngine, at_initial, matrix_of, reachability, unsupported, values_of
+from distmc.check.properties import PropertySpec
+from distmc.check.result import CheckResult
 from distmc.explain.plot import plot_values, plot_variables, require_matplotlib
 from distmc.explain.traces import annotate, check_traceable, format_trace, most_probable_paths, state_text
 from distmc.explain.values import bfs_depth, riskiest, value_columns, write_values
@@ -56,6 +61,24 @@ class Explain:
     @property
     def active(self) -> bool:
         return bool(self.traces) or self.wants_values
+
+    def check(self, induced: InducedModel, spec: PropertySpec, used: str, keep_model: bool,
+              clock: PhaseClock) -> CheckResult:
+        """One property's check that also gives its value in every state (:attr:`vectors`), for --values/--plot.
+
+        ``used``: ``native`` or ``storm``. The per-state vector comes from the same solver run as the result; the
+        result states no bounds.
+        """
+        if used == "native":
+            clock.start("checking", "distmc's native value iteration")
+            self.vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail), induced, spec)[0]}
+            value = at_initial(self.vectors["value"], induced.initial)
+        else:
+            clock.start("handing to Storm")
+            storm_model = to_storm(induced, release=not keep_model)
+            clock.start("checking", "Storm")
+            value, self.vectors = check_values(storm_model, spec, induced.kind, induced.initial)
+        return CheckResult(value, None, method="other", checker=used)
 
     def validate(self, parts: Parts) -> None:
         """Fail before exploring on what the options cannot do for this model and property."""

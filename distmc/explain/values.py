@@ -18,7 +18,7 @@ import numpy as np
 
 from distmc.assemble.reducer import InducedModel
 from distmc.check.native import matrix_of
-from distmc.errors import DistmcError
+from distmc.errors import UsageError
 from distmc.model.program import Model
 
 __all__ = ["RISKIEST", "bfs_depth", "depth_from_levels", "read_values", "riskiest", "value_columns", "write_values",
@@ -84,7 +84,7 @@ def value_columns(model: Model, states: np.ndarray, values: dict[str, np.ndarray
     """
     clash = sorted({v.name for v in model.variables} & ({"depth"} | set(values)))
     if clash:
-        raise DistmcError(f"--values: the model has variable(s) {', '.join(clash)}, which the values table uses for "
+        raise UsageError(f"--values: the model has variable(s) {', '.join(clash)}, which the values table uses for "
                           "its own columns; rename them in the model")
     cols: dict[str, np.ndarray] = {}
     for i, v in enumerate(model.variables):

@@ -19,62 +19,29 @@ Terminal states (see :mod:`distmc.check.properties`) and deadlocks get a self-lo
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from distmc.errors import PolicyError, ResourceLimitError
+from distmc.explore.contracts import Rows, SuccessorGenerator
 from distmc.model.kernel import NO_ACTION, Kernel
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
-from distmc.options import MODES
 from distmc.policy.base import Policy, action_distribution
 
-__all__ = ["MODES", "Expander", "Rows", "gather_rows", "policy_counters"]
+__all__ = ["Expander", "Rows", "gather_rows", "policy_counters"]
 
 
 #: Most rows one state may get from unresolved same-label nondeterminism.
 MAX_PRODUCT_ROWS = 4096
 
 
-@dataclass
-class Rows:
-    """Rows of the induced model for a batch of ``B`` source states, grouped by source in batch order.
-
-    Attributes:
-        row_state: ``[R]`` int64, index of the source state in the batch (non-decreasing).
-        row_action: ``[R]`` int64, model action id of a row that is one choice, else ``NO_ACTION``.
-        branch_offsets: ``[R + 1]`` int64.
-        target_keys: ``[T]`` packed successor keys.
-        prob: ``[T]`` float64 (duplicates within a row are merged later, by the reducer).
-        rewards: reward structure name -> ``[R]`` float64 action reward of each row (policy-weighted).
-        terminal: ``[B]`` bool, not expanded because of the property.
-        deadlock: ``[B]`` bool, no enabled choice.
-        policy_states: number of states whose distribution was asked of the policy.
-    """
-
-    row_state: np.ndarray
-    row_action: np.ndarray
-    branch_offsets: np.ndarray
-    target_keys: np.ndarray
-    prob: np.ndarray
-    rewards: dict[str, np.ndarray] = field(default_factory=dict)
-    terminal: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
-    deadlock: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
-    policy_states: int = 0
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.row_state.shape[0])
-
-
-def policy_counters(expander: object) -> tuple[int, float]:
+def policy_counters(expander: SuccessorGenerator) -> tuple[int, float]:
     """Forward passes and seconds the expander's policy has spent so far (0, 0.0 without a counting policy).
 
     Any successor generator behind the explorer's contract may be given (the box abstraction has no policy).
     """
-    policy = getattr(expander, "policy", None)
-    return int(getattr(policy, "forward_passes", 0)), float(getattr(policy, "seconds", 0.0))
+    return expander.policy_counters()
 
 
 def gather_rows(order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +54,10 @@ def gather_rows(order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.
 
 
 class Expander:
-    """Turns packed states into rows of the induced model (stateless between batches)."""
+    """Turns packed states into rows of the induced model (stateless between batches).
+
+    ``mode`` and ``resolve`` are taken as given: :class:`~distmc.options.VerifyOptions` validates them, once.
+    """
 
     def __init__(
         self,
@@ -102,10 +72,6 @@ class Expander:
         resolve: str = "none",
         reward_names: list[str] | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        if resolve not in ("none", "uniform"):
-            raise ValueError(f"resolve must be 'none' or 'uniform', not {resolve!r}")
         self.model, self.kernel, self.codec, self.mode = model, kernel, codec, mode
         self.policy = policy if (mode != "monolithic" and model.model_type == "mdp") else None
         self.terminal = terminal
@@ -205,6 +171,11 @@ class Expander:
         )
 
     # -- expansion ---------------------------------------------------------------------------------------------
+
+    def policy_counters(self) -> tuple[int, float]:
+        """Forward passes and seconds of the policy so far (the formats that count them; else 0, 0.0)."""
+        policy = self.policy
+        return int(getattr(policy, "forward_passes", 0)), float(getattr(policy, "seconds", 0.0))
 
     def expand(self, keys: np.ndarray) -> Rows:
         """Rows for the states with packed ``keys`` ``[B]``."""

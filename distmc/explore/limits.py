@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from distmc.errors import DistmcError, ResourceLimitError
+from distmc.errors import ResourceLimitError, UsageError
 
 __all__ = ["Interrupt", "LimitCheck", "Limits", "parse_duration", "parse_memory", "peak_rss_bytes", "reset_peak_rss",
            "rss_bytes"]
@@ -41,10 +41,10 @@ def parse_memory(text: str | int | None) -> int | None:
         return text
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     if m is None or m.group(2).upper() not in _UNITS:
-        raise DistmcError(f"--max-memory {text!r}: expected a size such as 8G, 512M or 1073741824")
+        raise UsageError(f"--max-memory {text!r}: expected a size such as 8G, 512M or 1073741824")
     value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
     if value <= 0:
-        raise DistmcError(f"--max-memory {text!r} must be positive")
+        raise UsageError(f"--max-memory {text!r} must be positive")
     return value
 
 
@@ -54,10 +54,10 @@ def parse_duration(text: str | float | None) -> float | None:
         return None if text is None else float(text)
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", text)
     if m is None:
-        raise DistmcError(f"--timeout {text!r}: expected seconds, or a number with s, m or h (e.g. 15m)")
+        raise UsageError(f"--timeout {text!r}: expected seconds, or a number with s, m or h (e.g. 15m)")
     value = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
     if value <= 0:
-        raise DistmcError(f"--timeout {text!r} must be positive")
+        raise UsageError(f"--timeout {text!r} must be positive")
     return value
 
 
@@ -117,7 +117,7 @@ class Limits:
 
     def __post_init__(self) -> None:
         if self.max_states is not None and self.max_states < 1:
-            raise DistmcError(f"--max-states must be at least 1, not {self.max_states}")
+            raise UsageError(f"--max-states must be at least 1, not {self.max_states}")
 
 
 class LimitCheck:

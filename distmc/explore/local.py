@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from distmc.explore.expander import Expander, policy_counters
+from distmc.explore.contracts import SuccessorGenerator
+from distmc.explore.expander import policy_counters
 from distmc.explore.limits import Interrupt, LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored, Partition
 
@@ -21,7 +22,7 @@ BATCH_STATES = 20_000
 
 
 def explore_local(
-    expander: Expander,
+    expander: SuccessorGenerator,
     initial_keys: np.ndarray,
     *,
     batch_states: int = BATCH_STATES,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from distmc.explore.expander import Expander, Rows
+from distmc.explore.contracts import Rows, SuccessorGenerator
 from distmc.explore.visited import VisitedSet
 
 __all__ = ["Explored", "Partition"]
@@ -65,7 +65,7 @@ class Explored:
 class Partition:
     """Owned states, frontier and transition buffer of one worker."""
 
-    def __init__(self, expander: Expander, key_dtype: np.dtype) -> None:
+    def __init__(self, expander: SuccessorGenerator, key_dtype: np.dtype) -> None:
         self.expander = expander
         self.visited = VisitedSet(key_dtype)
         self._frontier: list[np.ndarray] = []  # new keys not yet expanded, in id order

@@ -34,7 +34,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("distmc.gym needs gymnasium: pip install 'distmc[rl]'") from exc
 
-from distmc.errors import DistmcError, ModelError, PolicyError
+from distmc.errors import ModelError, PolicyError, UsageError
 from distmc.gym.dynamics import Dynamics, StateTable
 from distmc.model.program import Model, load_model
 from distmc.policy.interface import InputEncoding, Interface, check_interface, interface_dict, load_interface
@@ -91,11 +91,11 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
         model = model_path if isinstance(model_path, Model) else load_model(model_path, constants)
         self.model = model
         if max_steps < 1:
-            raise DistmcError(f"max_steps must be at least 1, not {max_steps}")
+            raise UsageError(f"max_steps must be at least 1, not {max_steps}")
         if invalid_action not in ("noop", "raise"):
-            raise DistmcError(f"invalid_action must be 'noop' or 'raise', not '{invalid_action}'")
+            raise UsageError(f"invalid_action must be 'noop' or 'raise', not '{invalid_action}'")
         if render_mode not in (None, "ansi"):
-            raise DistmcError(f"render_mode must be None or 'ansi', not '{render_mode}'")
+            raise UsageError(f"render_mode must be None or 'ansi', not '{render_mode}'")
         labels = (done_label,) if isinstance(done_label, str) else tuple(done_label or ())
         bad = [lab for lab in labels if lab not in model.labels]
         if bad:

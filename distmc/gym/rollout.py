@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from distmc.errors import DistmcError, PolicyError
+from distmc.errors import PolicyError, UsageError
 from distmc.gym.env import PrismEnv
 from distmc.policy.base import Policy, action_distribution
 
@@ -78,14 +78,14 @@ def rollout(
         labels: labels to record in :attr:`RolloutResult.reached` (default: every label of the model).
     """
     if mode not in ("stochastic", "deterministic"):
-        raise DistmcError(f"mode must be 'stochastic' or 'deterministic', not '{mode}'")
+        raise UsageError(f"mode must be 'stochastic' or 'deterministic', not '{mode}'")
     if episodes < 1:
-        raise DistmcError(f"episodes must be at least 1, not {episodes}")
+        raise UsageError(f"episodes must be at least 1, not {episodes}")
     dyn, model = env.dynamics, env.model
     labels = list(model.labels) if labels is None else labels
     bad = [lab for lab in labels if lab not in model.labels]
     if bad:
-        raise DistmcError(f"{model.path}: no label(s) {bad} (labels: {sorted(model.labels)})")
+        raise UsageError(f"{model.path}: no label(s) {bad} (labels: {sorted(model.labels)})")
     rng = np.random.default_rng(seed)
     n_act = len(dyn.actions)
     use_policy = policy is not None and not dyn.is_dtmc

@@ -20,7 +20,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from distmc.curve.curve import CurveReport
 from distmc.curve.engine import SharedModel
-from distmc.errors import DistmcError
+from distmc.errors import UsageError
 from distmc.options import VerifyOptions
 
 __all__ = ["VerifyCallback"]
@@ -61,7 +61,7 @@ class VerifyCallback(BaseCallback):
     ) -> None:
         super().__init__(verbose)
         if every < 1:
-            raise DistmcError(f"VerifyCallback: every must be at least 1, not {every}")
+            raise UsageError(f"VerifyCallback: every must be at least 1, not {every}")
         self.model_path, self.prop, self.env, self.every = str(model_path), prop, env, int(every)
         self.directory = Path(directory)
         self.stop_on_fail = stop_on_fail
@@ -76,7 +76,7 @@ class VerifyCallback(BaseCallback):
             return self.env
         envs = getattr(self.training_env, "envs", None)
         if not envs:
-            raise DistmcError(
+            raise UsageError(
                 "VerifyCallback: give env= (the PrismEnv): the training environment is not a "
                 "DummyVecEnv whose environments this process holds"
             )
@@ -93,7 +93,7 @@ class VerifyCallback(BaseCallback):
         if self.shared is None:
             self.shared = SharedModel(self.model_path, self.prop, self.opts)
             if self.shared.same_label:
-                raise DistmcError(
+                raise UsageError(
                     f"{self.model_path}: a state enables several choices of one action label; verify "
                     "the exported checkpoints with distmc curve --separate"
                 )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from distmc.errors import UnsupportedError
+
 __all__ = ["StateCodec"]
 
 
@@ -22,7 +24,9 @@ class StateCodec:
         span = (self.hi - self.lo).astype(np.uint64)
         self.bits = np.array([max(1, int(s).bit_length()) for s in span.tolist()], dtype=np.int64)
         if (self.bits > 63).any():
-            raise ValueError("a variable's range needs more than 63 bits")
+            wide = int(np.argmax(self.bits))
+            raise UnsupportedError(f"variable {wide} (in the state layout's order) has a range of more than 2^63 values: "
+                                   "give it tighter bounds")
         self.word = np.zeros(len(self.bits), dtype=np.int64)
         self.shift = np.zeros(len(self.bits), dtype=np.int64)
         w, used = 0, 0

@@ -133,9 +133,11 @@ def load_policy(spec: str | None, model: Model, interface: str | Path | None = N
     check_dtype(dtype)
     fmt = detect_format(spec)
     if fmt == "shielded":  # the manifest names the base policy and its interface
-        from distmc.policy.shielded import ShieldedPolicy
+        from distmc.policy.shielded import ShieldedPolicy, read_manifest
 
-        return ShieldedPolicy.load(str(spec), model, trust=trust)
+        m = read_manifest(str(spec))
+        base = load_policy(m["policy"], model, m.get("interface"), trust=trust)
+        return ShieldedPolicy.of_manifest(str(spec), m, base, model)
     if interface is None and fmt not in ("uniform", "callable"):
         interface = find_interface(str(spec))
     iface = load_interface(interface, model)

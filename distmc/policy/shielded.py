@@ -225,13 +225,13 @@ class ShieldedPolicy:
         self.index = KeyIndex(self.codec.pack(table.states))
 
     @classmethod
-    def load(cls, spec: str | Path, model: Model, *, trust: bool = False) -> ShieldedPolicy:
-        """Load the manifest ``spec``, its base policy and its shield table."""
-        from distmc.policy import load_policy
+    def of_manifest(cls, spec: str | Path, manifest: dict[str, Any], base: Policy, model: Model) -> ShieldedPolicy:
+        """The policy of the manifest ``spec`` (read by :func:`read_manifest`) over its base policy.
 
-        m = read_manifest(spec)
-        base = load_policy(m["policy"], model, m.get("interface"), trust=trust)
-        table = ShieldTable.read(m["shield"], model, list(base.actions))
+        ``base`` is the manifest's ``policy`` with its ``interface``, which the caller loads
+        (:func:`~distmc.policy.load_policy`: this module stays below the loader that dispatches to it).
+        """
+        table = ShieldTable.read(manifest["shield"], model, list(base.actions))
         return cls(base, table, model, f"{Path(spec).name} (shielded {base.name})")
 
     # the base policy's counters are the report's policy_calls/policy_states

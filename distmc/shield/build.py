@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from distmc.errors import DistmcError, PropertyError
+from distmc.errors import PropertyError, UsageError
 from distmc.explain.values import read_values
 from distmc.options import VerifyOptions
 from distmc.pipeline import Job, Parts
@@ -126,7 +126,7 @@ def _step_bound(text: str) -> int | None:
 def _reward_property(reward: str, steps: int | None, prop: str) -> str:
     k = steps if steps is not None else _step_bound(prop)
     if k is None:
-        raise DistmcError(
+        raise UsageError(
             f"--reward {reward}: the property '{prop}' has no step bound; give --reward-steps K for "
             f'R{{"{reward}"}}=? [C<=K]'
         )
@@ -249,11 +249,11 @@ def shield(
 
     opts = VerifyOptions.build(options, **kw)
     if opts.mode == "monolithic":
-        raise DistmcError("distmc shield restricts a policy: use --mode stochastic or deterministic")
+        raise UsageError("distmc shield restricts a policy: use --mode stochastic or deterministic")
     if not 0.0 <= delta <= 1.0:
-        raise DistmcError(f"--delta must be a probability in [0, 1], not {delta}")
+        raise UsageError(f"--delta must be a probability in [0, 1], not {delta}")
     if max_rounds < 1:
-        raise DistmcError(f"--max-rounds must be at least 1, not {max_rounds}")
+        raise UsageError(f"--max-rounds must be at least 1, not {max_rounds}")
     parts = Job(
         str(model_path),
         prop,
@@ -269,7 +269,7 @@ def shield(
     if len(parts.props.specs) != 1 or spec.is_reward or spec.operator != "P":
         raise PropertyError(f"distmc shield lowers one probability, P=? [...]: not '{prop}'")
     if parts.expander is None or parts.expander.policy is None:
-        raise DistmcError(f"{model_path} has no choices for a policy to make (a dtmc): nothing to shield")
+        raise UsageError(f"{model_path} has no choices for a policy to make (a dtmc): nothing to shield")
     expander = parts.expander
     assert expander.policy is not None
     model, codec, kernel = parts.model, parts.codec, expander.kernel

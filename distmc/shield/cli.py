@@ -52,11 +52,11 @@ def main(args: argparse.Namespace) -> int:
     """Run ``distmc shield`` with parsed ``args``."""
 
     def body() -> None:
-        from distmc.cli import _example_path, options_from_args
+        from distmc._internal.subcommand import example_path, options_from_args
         from distmc.shield.build import shield
 
         report = shield(
-            _example_path(args.model),
+            example_path(args.model),
             args.prop,
             args.delta,
             options_from_args(args, skip=("json_path",)),

@@ -1,6 +1,6 @@
 """The exchange between the Ray workers: owners by hash, keys as Arrow batches, rows placed in global order.
 
-See :mod:`distmc.explore.ray` for the protocol of one level.
+See :mod:`distmc.distributed` for the protocol of one level.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from distmc._internal.jit import HAVE_NUMBA, first_occurrences, place_rows
-from distmc.check.kernels import expand_probabilities
+from distmc.check.kernels import compact_probabilities, expand_probabilities
+from distmc.explore.contracts import KeyCodec
 from distmc.explore.partition import Explored
-from distmc.model.packing import StateCodec
 
 __all__ = ["OCC_SHIFT", "RowBlock", "gather", "narrow", "order_rows", "owner_of", "pack_ids", "pack_increasing", "unpack_ids",
            "unpack_increasing", "widen"]
@@ -99,7 +99,7 @@ def _raw(col: Any) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.uint8)[col.offset * w : (col.offset + n) * w].reshape(n, w)
 
 
-def _to_arrow(keys: np.ndarray, occ: np.ndarray, codec: StateCodec) -> Any:
+def _to_arrow(keys: np.ndarray, occ: np.ndarray, codec: KeyCodec) -> Any:
     """One source's keys for one owner, with their first occurrences ``occ`` (increasing), as a compact batch.
 
     Columns (``fixed_size_binary``, :func:`narrow`; the bases in the schema's metadata): ``k0``.. the key's words,
@@ -137,7 +137,7 @@ def _first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, 
     return (source[branch_src] << OCC_SHIFT) + index, int(index.max(initial=0))
 
 
-def _from_arrow(batch: Any, codec: StateCodec) -> tuple[np.ndarray, np.ndarray]:
+def _from_arrow(batch: Any, codec: KeyCodec) -> tuple[np.ndarray, np.ndarray]:
     """The keys ``[K]`` and first occurrences ``[K]`` int64 of a batch of :func:`_to_arrow`."""
     meta = batch.schema.metadata
     bases = [int(b) for b in meta[b"base"].split()]
@@ -269,3 +269,16 @@ def _place(chunks: list[tuple[int, np.ndarray, np.ndarray]], row_pos: np.ndarray
     return targets, prob
 
 
+def compact_rows(target: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, Any]:
+    """A kept row chunk's branches as the actor holds them until the end: 4 + 2 B a branch where it may.
+
+    Targets are global ids: int32 while they fit. Probabilities: :func:`~distmc.check.kernels.compact_probabilities`.
+    """
+    if target.shape[0] and int(target.max()) < 2**31:
+        target = target.astype(np.int32)
+    return target, compact_probabilities(prob)
+
+
+def widened_rows(row: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
+    """A kept row chunk with int64 targets and float64 probabilities (for the files and the driver)."""
+    return (*row[:3], row[3].astype(np.int64, copy=False), expand_probabilities(row[4]))

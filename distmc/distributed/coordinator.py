@@ -1,6 +1,8 @@
-"""The driver's side of a Ray run: the actors, the level loop, recovery, kept actors.
+"""The driver's side of a Ray run: the level loop, recovery, the distributed check, gathering the rows.
 
-See :mod:`distmc.explore.ray` for the protocol of one level.
+The actors themselves (start-up, resources, kept actors, policy servers) are :mod:`distmc.distributed.pool`'s.
+
+See :mod:`distmc.distributed` for the protocol of one level.
 """
 
 from __future__ import annotations
@@ -9,49 +11,26 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
-from distmc._internal.jit import budget_env
 from distmc.check.checker import MAX_ITERATIONS
+from distmc.check.distributed import combine_checks
 from distmc.check.result import Precision
-from distmc.errors import DistmcError, ResourceLimitError, WorkerError
+from distmc.distributed.checkpoint import Checkpoint
+from distmc.distributed.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
+from distmc.distributed.pool import WorkerPool, _WorkerLost, gpu_share, release_workers
+from distmc.errors import CheckpointError, WorkerError
 from distmc.explain.values import RISKIEST
-from distmc.explore.checkpoint import Checkpoint
-from distmc.explore.limits import Interrupt, LimitCheck, Limits, rss_bytes
+from distmc.explore.contracts import KeyCodec, WorkerJob
+from distmc.explore.limits import Interrupt, Limits, rss_bytes
 from distmc.explore.partition import Explored
-from distmc.explore.ray.actor import PartitionActor, _job_stamp
-from distmc.explore.ray.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
-from distmc.model.packing import StateCodec
-from distmc.options import check_gpu_share, check_ray_resources
-from distmc.pipeline import Job
+from distmc.options import RaySettings
 
-__all__ = ["explore_ray", "gpu_share", "release_workers"]
+__all__ = ["RayRows", "explore_ray", "gpu_share", "release_workers"]
 
 log = logging.getLogger("distmc.ray")
-
-#: How long the workers may take to start (build their model, kernel and policy) before the run gives up.
-START_TIMEOUT_S = 300
-
-def _combine(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per property, the workers' arrays at their initial states, in global-id order.
-
-    The arrays: ``value``, ``lower``, ``upper``, or a partial check's sides; with the slowest worker's ``check_s``.
-    """
-    gids = np.concatenate([r["gids"] for r in results])
-    order = np.argsort(gids, kind="stable")
-    out = []
-    for i in range(len(results[0]["checks"])):
-        first = results[0]["checks"][i]
-        one: dict[str, Any] = {k: np.concatenate([r["checks"][i][k] for r in results])[order]
-                               for k, v in first.items() if isinstance(v, np.ndarray)}
-        one["check_s"] = max(float(r["checks"][i]["check_s"]) for r in results)
-        if "note" in first:
-            one["note"] = first["note"]
-        out.append(one)
-    return out
-
 
 class RayRows:
     """An explored model whose rows stay on the Ray actors: check it there, or gather it; then close it.
@@ -112,77 +91,50 @@ class RayRows:
             self.run.kill()
 
 
-def gpu_share(gpus: float, workers: int, requested: float | None = None) -> float:
-    """The GPU share each worker asks Ray for, so that its policy replica runs on a GPU where the cluster has one.
-
-    Automatic (``requested`` None): no GPU, 0; else the cluster's GPUs split evenly over the workers, at most one
-    each (fractional ``num_gpus``: several workers, each with its own replica, share a GPU, and Ray places them on
-    the GPU nodes). ``requested`` overrides it (0 keeps every replica on the CPU).
-    """
-    if requested is not None:
-        check_gpu_share(requested)
-        return float(requested)
-    if gpus <= 0:
-        return 0.0
-    return min(1.0, gpus / workers)
+@overload
+def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where: RaySettings, *,
+                batch_states: int = ..., limits: Limits | None = ..., checkpoint: Checkpoint | None = ...,
+                progress: Callable[[dict[str, float]], None] | None = ..., max_restarts: int = ...,
+                keep_workers: bool = ..., rows_stay: Literal[False] = ..., horizon: int | None = ...) -> Explored: ...
 
 
-#: The actors of the last finished run, kept idle for the next run of the same shape (same Ray job, worker count,
-#: resources and threads): a new actor costs its process, its imports and numba's start, a kept one only its parts.
-#: Its policy servers (``"servers"``) are kept for a next run of the same job with files of the same content.
-_kept: dict[str, tuple[tuple[Any, ...], list[Any]]] = {}
-
-
-def release_workers() -> None:
-    """End the actors kept from the last run (they also end with this process, or with ``ray.shutdown()``)."""
-    for what in ("run", "servers"):
-        kept = _kept.pop(what, None)
-        if kept is not None:
-            _kill(kept[1])
-
-
-def _kill(actors: list[Any]) -> None:
-    import ray
-
-    for a in actors:
-        try:
-            ray.kill(a)
-        except Exception:  # noqa: BLE001 - already gone, or its Ray session has ended
-            pass
-
-
-class _WorkerLost(Exception):
-    """A worker's process or node is gone (Ray lost the actor or an object it held)."""
+@overload
+def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where: RaySettings, *,
+                batch_states: int = ..., limits: Limits | None = ..., checkpoint: Checkpoint | None = ...,
+                progress: Callable[[dict[str, float]], None] | None = ..., max_restarts: int = ...,
+                keep_workers: bool = ..., rows_stay: bool, horizon: int | None = ...) -> Explored | RayRows: ...
 
 
 def explore_ray(
-    job: Job,
-    codec: StateCodec,
+    job: WorkerJob,
+    codec: KeyCodec,
     initial_keys: np.ndarray,
-    workers: int,
+    where: RaySettings,
     *,
-    address: str | None = None,
     batch_states: int = 20_000,
     limits: Limits | None = None,
     checkpoint: Checkpoint | None = None,
     progress: Callable[[dict[str, float]], None] | None = None,
     max_restarts: int = 3,
-    gpus_per_worker: float | None = None,
     keep_workers: bool = True,
-    threads_per_worker: int | None = None,
-    policy_servers: int = 0,
     rows_stay: bool = False,
     horizon: int | None = None,
-) -> Any:
-    """Explore ``job`` on ``workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
+) -> Explored | RayRows:
+    """Explore ``job`` on ``where.workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
     Args:
         job: what to explore; every actor builds its own parts from it.
         codec: the state packing (the driver's, for routing the initial states).
         initial_keys: ``[I]`` packed initial states.
-        workers: number of actors (partitions).
-        address: a running Ray cluster (``auto`` or ``HOST:PORT``); None: the cluster in ``RAY_ADDRESS`` if set,
-            else a new local Ray (unless this process is connected to one already).
+        where: the actors (``workers``: how many, the partitions), the cluster and their resources:
+            ``address``, a running Ray cluster (``auto`` or ``HOST:PORT``; None: the cluster in ``RAY_ADDRESS`` if
+            set, else a new local Ray, unless this process is connected to one already); ``gpus_per_worker``, the
+            GPU share each actor asks Ray for (:func:`gpu_share`; None: automatic); ``threads_per_worker``, the
+            threads each actor keeps busy (None: the cluster's CPUs divided by the workers, at least one; so a lone
+            actor on this machine uses every core, and W actors one core each when W >= cores);
+            ``policy_servers``, 0: every actor loads its own policy replica; S > 0: S policy-server actors each
+            load one (a GPU each where the cluster has them) and serve the workers' batches
+            (:mod:`distmc.distributed.policy_server`).
         batch_states: states per expansion batch inside an actor.
         limits: once a limit is passed at the end of a level (or Ctrl-C), stop: the last level's new states are
             the frontier (``stats["expanded"]``, ``stats["stopped"]``, as :func:`~distmc.explore.local.explore_local`
@@ -193,20 +145,13 @@ def explore_ray(
             one; a lost worker is then replaced (up to ``max_restarts`` times) and the run goes on.
         progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
         max_restarts: how many worker losses a checkpointed run survives.
-        gpus_per_worker: the GPU share each actor asks Ray for (:func:`gpu_share`; None: automatic).
         keep_workers: after a successful run, keep the actors (emptied) for the next run of the same shape in
             this process, which then skips their start-up (:func:`release_workers` ends them); a failed run's
             actors always end.
-        threads_per_worker: numba threads of each actor (None: the cluster's CPUs divided by the workers, at least
-            one; so a lone actor on this machine uses every core, and W actors one core each when W >= cores).
-        policy_servers: 0: every actor loads its own policy replica; S > 0: S policy-server actors each load one
-            (a GPU each where the cluster has them) and serve the workers' batches
-            (:mod:`distmc.explore.policy_server`).
         rows_stay: keep the rows on the actors (no row comes to this process during the run) and return a
             :class:`RayRows` instead of an :class:`Explored`: the caller then checks on the actors
             (:meth:`RayRows.check`) or gathers the rows (:meth:`RayRows.gather`), and closes it.
     """
-    check_ray_resources(threads_per_worker, policy_servers)
     # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     import ray
@@ -214,16 +159,16 @@ def explore_ray(
     if not ray.is_initialized():
         # No address: a Ray of our own (or RAY_ADDRESS's), never whichever cluster this machine started last, which
         # ray.init() would otherwise join (and which its owner may shut down in the middle of our run).
-        address = address or os.environ.get("RAY_ADDRESS") or "local"
+        address = where.address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    run = _RayRun(ray, job, codec, workers, batch_states, limits or Limits(), checkpoint, progress, gpus_per_worker,
-                  threads_per_worker, policy_servers, rows_stay)
+    run = _RayRun(ray, job, codec, where, batch_states, limits or Limits(), checkpoint, progress, rows_stay)
     run.horizon = horizon
     try:
         if rows_stay:
             run.run(initial_keys, max_restarts, gather=False)
             return RayRows(run, keep_workers)
         out = run.run(initial_keys, max_restarts)
+        assert out is not None  # gathered
     except BaseException:
         run.kill()
         raise
@@ -234,27 +179,16 @@ def explore_ray(
     return out
 
 
-class _RayRun:
-    """The driver's side of one distributed exploration: actors, the level loop, recovery."""
+class _RayRun(WorkerPool):
+    """The driver's side of one distributed exploration: the level loop, recovery, the check, gathering."""
 
-    def __init__(self, ray: Any, job: Job, codec: StateCodec, workers: int, batch_states: int, limits: Limits,
-                 checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
-                 gpus_per_worker: float | None = None, threads_per_worker: int | None = None,
-                 policy_servers: int = 0, rows_stay: bool = False) -> None:
-        self.ray, self.job, self.codec, self.workers = ray, job, codec, workers
-        self.policy_servers = policy_servers
-        self.servers: list[Any] = []
-        self.servers_key: tuple[Any, ...] = ()
-        self.gpus_per_worker, self.threads_per_worker = gpus_per_worker, threads_per_worker
-        self.batch_states, self.limits, self.ckpt, self.progress = batch_states, limits, checkpoint, progress
-        self.start = time.time()
-        self.check = LimitCheck(limits, self.start)
-        self.actors: list[Any] = []
-        self.info: list[dict[str, Any]] = []
-        self.key: tuple[Any, ...] = ()  # what a kept actor must match to be reused
-        self.n = self.n_initial = self.depth = self.transitions = self.policy_states = self.policy_calls = 0
+    def __init__(self, ray: Any, job: WorkerJob, codec: KeyCodec, where: RaySettings, batch_states: int,
+                 limits: Limits, checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
+                 rows_stay: bool = False) -> None:
+        super().__init__(ray, job, where, batch_states, limits, checkpoint)
+        self.codec, self.progress = codec, progress
+        self.n_initial = self.policy_states = self.policy_calls = 0
         self.restarts = 0
-        self.frontier = 0
         self.horizon: int | None = None  # levels 0 .. horizon - 1 only
         self.stopped: str | None = None  # why exploration stopped before the fixpoint (a limit, Ctrl-C)
         self.level_rss: list[int] = []  # each worker's memory after the last level
@@ -263,147 +197,10 @@ class _RayRun:
         # (``taken``: their refs) and placed in global order while the actors run the next level (``blocks``).
         self.stream = checkpoint is None and not rows_stay
         self.rows_stay = rows_stay
-        self.checking = False  # the distributed check runs (errors say so)
         self.level_starts: list[int] = [0]  # the first global id of every level (level 0: the initial states)
         self.taken: list[Any] = []
         self.blocks: list[RowBlock] = []
         self.absorb_s = 0.0
-
-    # -- actors ------------------------------------------------------------------------------------------------
-
-    def spawn(self) -> None:
-        # One CPU per actor when the cluster has them (so Ray spreads the actors over its nodes); none when there
-        # are more actors than CPUs, which is allowed (the scaling experiment oversubscribes on purpose).
-        ray, w = self.ray, self.workers
-        # CPUs of the nodes alive now (after a lost node, the cluster's totals may still count it for a while)
-        alive = [n for n in ray.nodes() if n.get("Alive")]
-        cpus = int(sum(n["Resources"].get("CPU", 0) for n in alive) or 1)
-        gpus = float(sum(n["Resources"].get("GPU", 0) for n in alive))
-        threads = self.threads_per_worker or max(1, cpus // w)
-        opts: dict[str, Any] = {"num_cpus": 1 if cpus >= w else 0, "scheduling_strategy": "SPREAD"}
-        served = self.start_servers(gpus)
-        share = 0.0 if served else gpu_share(gpus, w, self.gpus_per_worker)  # served workers load no network
-        if share:
-            opts["num_gpus"] = share
-        ckdir = None if self.ckpt is None else str(self.ckpt.directory)
-        self.key = (ray.get_runtime_context().get_job_id(), w, threads, repr(sorted(opts.items())), len(served))
-        if self.reuse(ckdir, served):
-            return
-        # "mail": the peers' messages of a distributed check, taken while the check runs in the default group.
-        # The thread budget: the worker's process starts with its compute pools sized to it (budget_env).
-        actor_cls = ray.remote(concurrency_groups={"mail": 1}, runtime_env={"env_vars": budget_env(threads)},
-                               **opts)(PartitionActor)
-        self.actors = [actor_cls.remote(self.job, r, w, self.batch_states, threads, ckdir, self.limits, self.start,
-                                        served[r % len(served)] if served else None)
-                       for r in range(w)]
-        self.info = self.started([a.ready.remote() for a in self.actors], f"the {w} workers", "a worker")
-
-    def start_servers(self, gpus: float) -> list[tuple[Any, dict[str, Any]]]:
-        """Start this run's policy servers (none unless ``policy_servers``); (handle, description) of each."""
-        from distmc.explore.policy_server import PolicyServer
-
-        self.kill_servers()
-        s = self.policy_servers
-        kept = _kept.pop("servers", None)
-        if not s:
-            if kept is not None:
-                _kill(kept[1])
-            return []
-        opts: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}  # mostly waiting, or on the GPU
-        share = gpu_share(gpus, s, self.gpus_per_worker)
-        if share:
-            opts["num_gpus"] = share
-        stamp = _job_stamp(self.job)
-        self.servers_key = (self.ray.get_runtime_context().get_job_id(), s, repr(sorted(opts.items())), stamp)
-        if kept is not None and stamp is not None and kept[0] == self.servers_key:
-            try:  # the last run's servers, with the same policy loaded
-                infos = self.ray.get([x.describe.remote() for x in kept[1]], timeout=START_TIMEOUT_S)
-                self.servers = kept[1]
-                return list(zip(self.servers, infos, strict=True))
-            except Exception:  # noqa: BLE001 - lost: new ones say why if they cannot start
-                log.info("kept policy servers not reusable; starting new ones")
-        if kept is not None:
-            _kill(kept[1])
-        self.servers = [self.ray.remote(**opts)(PolicyServer).remote(self.job) for _ in range(s)]
-        infos = self.started([x.describe.remote() for x in self.servers], f"the {s} policy servers", "a policy server")
-        return list(zip(self.servers, infos, strict=True))
-
-    def started(self, refs: list[Any], all_of: str, one: str) -> list[Any]:
-        """The answers of newly started actors, or one clear error (resources missing, or the actor's own)."""
-        ray = self.ray
-        try:
-            return list(ray.get(refs, timeout=START_TIMEOUT_S))
-        except ray.exceptions.GetTimeoutError:
-            raise WorkerError(f"{all_of} did not all start within {START_TIMEOUT_S} s: the cluster lacks the "
-                              f"resources for them (see `ray status`)") from None
-        except Exception as exc:  # an actor failed to build its parts: report the cause, not Ray's wrapper
-            cause = getattr(exc, "cause", None) or exc
-            if isinstance(cause, DistmcError):
-                raise cause from None
-            raise WorkerError(f"{one} could not start: {type(cause).__name__}: {cause}") from exc
-
-    def kill_servers(self) -> None:
-        _kill(self.servers)
-        self.servers = []
-
-    def reuse(self, ckdir: str | None, served: list[tuple[Any, dict[str, Any]]]) -> bool:
-        """Take the kept actors if they have this run's shape and answer (else end them); True if taken."""
-        kept = _kept.pop("run", None)
-        if kept is None:
-            return False
-        key, actors = kept
-        if key == self.key:
-            ray = self.ray
-            try:
-                ray.get([a.setup.remote(self.job, r, self.workers, self.batch_states, ckdir, self.limits, self.start,
-                                        served[r % len(served)] if served else None)
-                         for r, a in enumerate(actors)], timeout=START_TIMEOUT_S)
-                self.info = ray.get([a.ready.remote() for a in actors], timeout=START_TIMEOUT_S)
-                self.actors = actors
-                return True
-            except Exception:  # noqa: BLE001 - lost, or its parts fail to build: new actors say why
-                log.info("kept workers not reusable; starting new ones")
-        _kill(actors)
-        return False
-
-    def keep(self) -> None:
-        """Empty the actors and keep them for the next run (:func:`release_workers`)."""
-        for a in self.actors:
-            a.release.remote()
-        _kept["run"] = (self.key, self.actors)
-        self.actors = []
-        if self.servers:  # for a next run of the same job (another job starts its own)
-            _kept["servers"] = (self.servers_key, self.servers)
-            self.servers = []
-
-    def kill(self) -> None:
-        _kill(self.actors)
-        self.actors = []
-        self.kill_servers()
-
-    def get(self, refs: Any) -> Any:
-        """``ray.get``, with a lost worker as :class:`_WorkerLost` and a worker's own error as itself."""
-        ray = self.ray
-        try:
-            return ray.get(refs)
-        except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, ResourceLimitError) and self.checking:
-                raise ResourceLimitError(
-                    f"{cause}; the model ({self.n} states, {self.transitions} transitions) was explored but not "
-                    "checked", {"states": self.n, "transitions": self.transitions, "frontier": 0, "depth": self.depth,
-                                "elapsed_s": round(time.time() - self.start, 3)}) from None
-            if isinstance(cause, ResourceLimitError):  # a worker's time or memory: report the global counts
-                raise self.check.stop(str(cause), states=self.n, transitions=self.transitions,
-                                      frontier=self.frontier, depth=self.depth) from None
-            if isinstance(cause, DistmcError):
-                raise cause from None
-            if isinstance(cause, ray.exceptions.RayError):
-                raise _WorkerLost(str(cause).splitlines()[0]) from exc
-            where = "during the check" if self.checking else f"at depth {self.depth}"
-            raise WorkerError(f"a worker failed {where}: {type(cause).__name__}: {cause}") from exc
-        except ray.exceptions.RayError as exc:
-            raise _WorkerLost(str(exc).splitlines()[0]) from exc
 
     # -- the run -----------------------------------------------------------------------------------------------
 
@@ -473,7 +270,7 @@ class _RayRun:
         self.depth, self.n, self.transitions = ckpt.level, m["states"], m["transitions"]
         self.policy_states, self.policy_calls = m["policy_states"], m["policy_calls"]
         if gids.shape[0] != self.n:
-            raise DistmcError(f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, "
+            raise CheckpointError(f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, "
                               f"{self.n} in meta.json")
         self.n_initial = int((levels == 0).sum())
         self.level_starts = [int(gids[levels == lv].min()) for lv in range(int(levels.max(initial=0)) + 1)
@@ -640,7 +437,7 @@ class _RayRun:
                 a.check_abort.options(concurrency_group="mail").remote("another worker failed")
             raise
         t2 = time.perf_counter()
-        out: dict[str, Any] = {"checks": _combine(results)}
+        out: dict[str, Any] = {"checks": combine_checks(results)}
         if values_dir is not None:  # the workers' candidates, ranked again: highest value, then smaller global id
             cands = sorted((c for r in results for c in r["at_risk"]), key=lambda c: (-c["value"], c["gid"]))
             out["at_risk"] = [{k: v for k, v in c.items() if k != "gid"} for c in cands[:RISKIEST]]

@@ -1,7 +1,7 @@
 """Packed keys and numpy columns as Arrow arrays and IPC files, with no Python object per state.
 
 One-word keys are an Arrow ``uint64`` column; wider keys a ``fixed_size_binary(8 * words)`` column over the same
-bytes. The Ray driver's frontier exchange and the checkpoints (:mod:`distmc.explore.checkpoint`) both use these.
+bytes. The Ray driver's frontier exchange and the checkpoints (:mod:`distmc.distributed.checkpoint`) both use these.
 """
 
 from __future__ import annotations

@@ -1,104 +1,120 @@
 """A partition of the Ray driver: one actor owning the states whose key hashes to it.
 
-See :mod:`distmc.explore.ray` for the protocol of one level, :mod:`distmc.check.distributed` for the check.
+See :mod:`distmc.distributed` for the protocol of one level, :mod:`distmc.check.distributed` for the check.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from distmc._internal.jit import set_thread_budget, thread_settings
+from distmc._internal.jit import set_thread_budget
 from distmc.assemble.reducer import merge_csr_rows
-from distmc.check.kernels import compact_probabilities, expand_probabilities, prob_nbytes
-from distmc.errors import ResourceLimitError
-from distmc.explore.checkpoint import file_digest, write_level
-from distmc.explore.expander import Expander, policy_counters
-from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
-from distmc.explore.ray.exchange import (
+from distmc.check.kernels import prob_nbytes
+from distmc.distributed.checkpoint import file_digest, write_level
+from distmc.distributed.exchange import (
     OCC_SHIFT,
     _at_least,
     _first_occurrences,
     _from_arrow,
     _to_arrow,
+    compact_rows,
     owner_of,
     pack_ids,
     pack_increasing,
     unpack_ids,
     unpack_increasing,
+    widened_rows,
 )
+from distmc.distributed.worker_check import WorkerCheck
+from distmc.errors import ResourceLimitError
+from distmc.explore.contracts import Rows, WorkerJob, WorkerParts
+from distmc.explore.expander import Expander, policy_counters
+from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
 from distmc.policy.base import policy_precision
 
 if TYPE_CHECKING:
-    from distmc.check.result import Precision
+    pass
 
-__all__ = ["PartitionActor"]
+__all__ = ["PartitionActor", "WorkerSetup"]
 
-def _compact(target: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, Any]:
-    """A kept row chunk's branches as the actor holds them until the end: 4 + 2 B a branch where it may.
-
-    Targets are global ids: int32 while they fit. Probabilities: :func:`~distmc.check.kernels.compact_probabilities`.
-    """
-    if target.shape[0] and int(target.max()) < 2**31:
-        target = target.astype(np.int32)
-    return target, compact_probabilities(prob)
-
-
-def _expanded(row: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
-    """A kept row chunk with int64 targets and float64 probabilities (for the files and the driver)."""
-    return (*row[:3], row[3].astype(np.int64, copy=False), expand_probabilities(row[4]))
-
-
-def _job_stamp(job: Any) -> tuple[Any, ...] | None:
+def _job_stamp(job: WorkerJob) -> tuple[Any, ...] | None:
     """What makes a job's parts reusable: the job and its files' contents (SHA-256; None: never reuse)."""
     if not isinstance(job, Job):
         return None
     return (job, *(file_digest(path) for path in (job.model_path, job.policy, job.interface)))
 
 
-class PartitionActor:
-    """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows."""
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What one actor of a run is told besides its job: its place among the workers and the run's settings.
 
-    def __init__(self, job: Job, rank: int, workers: int, batch_states: int, threads: int,
-                 checkpoint_dir: str | None = None, limits: Limits | None = None, start: float | None = None,
-                 server: tuple[Any, dict[str, Any]] | None = None) -> None:
+    Attributes:
+        rank: this worker's number, ``0 .. workers - 1`` (it owns the states ``owner_of`` maps to it).
+        workers: the run's number of workers.
+        batch_states: states per expansion batch.
+        checkpoint_dir: where each level's files go (None: no checkpoint).
+        limits: the run's limits; a worker checks time and its share of the memory after every batch.
+        start: when the run started (``time.time()``), for the timeout.
+        server: a policy server (handle, description) that evaluates the policy for this worker (None: its own).
+    """
+
+    rank: int
+    workers: int
+    batch_states: int
+    checkpoint_dir: str | None = None
+    limits: Limits | None = None
+    start: float | None = None
+    server: tuple[Any, dict[str, Any]] | None = None
+
+
+class PartitionActor(WorkerCheck):
+    """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows.
+
+    The distributed check on the rows it keeps is its :class:`~distmc.distributed.worker_check.WorkerCheck` side.
+    """
+
+    def __init__(self, job: WorkerJob, ws: WorkerSetup, threads: int) -> None:
         # One node's cores are shared by the actors on it: the thread budget. The process started with its pools
         # sized to it (budget_env); numba's count is also set per thread, here and in ready(), which runs on the
         # thread Ray runs this actor's calls on (not this one: the actor has a concurrency group).
         self.threads = threads
         set_thread_budget(threads)
-        self.setup(job, rank, workers, batch_states, checkpoint_dir, limits, start, server)
+        self.setup(job, ws)
         VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
 
-    def setup(self, job: Job, rank: int, workers: int, batch_states: int, checkpoint_dir: str | None = None,
-              limits: Limits | None = None, start: float | None = None,
-              server: tuple[Any, dict[str, Any]] | None = None) -> None:
+    def setup(self, job: WorkerJob, ws: WorkerSetup) -> None:
         """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
 
         A kept actor given the same job again, with the same file contents, reuses the parts it built for it.
-        ``server``: a :class:`~distmc.explore.policy_server.PolicyServer` (handle, description) that evaluates the
-        policy for this worker, which then loads none.
+        ``ws.server``: a :class:`~distmc.distributed.policy_server.PolicyServer` (handle, description) that
+        evaluates the policy for this worker, which then loads none.
         """
+        rank, workers, batch_states, checkpoint_dir = ws.rank, ws.workers, ws.batch_states, ws.checkpoint_dir
+        limits, start, server = ws.limits, ws.start, ws.server
         reset_peak_rss()  # the worker's peak in the report is this run's (a kept actor ran others before)
         self.clock0 = (time.perf_counter(), time.process_time())  # this run's wall and CPU time start here
         stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server
         built = self.__dict__.get("built")
+        self.parts: WorkerParts
         if stamp is not None and built is not None and built[0] == stamp:
             self.parts = built[1]
-        elif server is not None:
-            from distmc.explore.policy_server import RemotePolicy
+        elif server is not None and isinstance(job, Job):  # only a PRISM job has a policy to serve
+            from distmc.distributed.policy_server import RemotePolicy
 
             self.parts = job.build(policy=RemotePolicy(*server))
         else:
             self.parts = job.build()
-        self.built: tuple[Any, Any] | None = (stamp, self.parts)
-        assert self.parts.expander is not None
-        self.expander = self.parts.expander
+        self.built: tuple[Any, WorkerParts] | None = (stamp, self.parts)
+        expander = self.parts.expander
+        assert expander is not None  # built with the explorer
+        self.expander = expander
         self.codec = self.parts.codec
         self.rank, self.workers, self.batch_states = rank, workers, batch_states
         self.visited = VisitedSet(self.codec.dtype)
@@ -109,7 +125,7 @@ class PartitionActor:
         self.rewards: list[dict[str, np.ndarray]] = []
         self.shipped_transitions = self.shipped_bytes = 0  # rows handed over by take()
         self.flags: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (gids, loop, deadlock) of expanded states
-        self.pending: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (rows, source gids, level-unique target ids)
+        self.pending: list[tuple[Rows, np.ndarray, np.ndarray]] = []  # (rows, source gids, level-unique target ids)
         self.sent: list[np.ndarray] = []
         self.n_unique = 0
         self.asked: list[np.ndarray] = []  # per source: local ids of the keys it asked about, in its order
@@ -236,7 +252,7 @@ class PartitionActor:
         self.stats["expand_s"] += time.perf_counter() - t - t_lookup - t_store
         return dict(self._level_done(level, transitions), new=int(self.new_keys.shape[0]))
 
-    def _expand_batch(self, keys: np.ndarray) -> Any:
+    def _expand_batch(self, keys: np.ndarray) -> Rows:
         """Rows of one batch of frontier states, with the per-batch limit check."""
         rows = self.expander.expand(keys)
         self.policy_states += rows.policy_states
@@ -247,7 +263,7 @@ class PartitionActor:
                 raise ResourceLimitError(why)
         return rows
 
-    def _keep(self, gids: np.ndarray, rows: Any, target: np.ndarray) -> None:
+    def _keep(self, gids: np.ndarray, rows: Rows, target: np.ndarray) -> None:
         """Keep a batch's rows (sources ``gids``) with their global target ids, merged.
 
         Each row's branches are sorted by target and duplicates added up here, as the reducer would (the same
@@ -257,7 +273,7 @@ class PartitionActor:
         offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob)
         # compact (int32 targets, a table of the distinct probabilities): held until the end for a distributed
         # check, and what travels to the driver otherwise (6 B a branch instead of 16 with a uniform policy)
-        target, prob = _compact(target, prob)
+        target, prob = compact_rows(target, prob)
         self.rows.append((gids[rows.row_state], rows.row_action, np.diff(offsets), target, prob))
         self.rewards.append(rows.rewards)
         self.flags.append((gids, rows.terminal | rows.deadlock, rows.deadlock))
@@ -314,7 +330,7 @@ class PartitionActor:
     def lookup(self, *batches: Any) -> tuple[int, int, np.ndarray]:
         """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it.
 
-        Returned packed (:func:`~distmc.explore.ray.exchange.pack_increasing`), as :meth:`answer` takes the new
+        Returned packed (:func:`~distmc.distributed.exchange.pack_increasing`), as :meth:`answer` takes the new
         states' global ids.
         """
         t = time.perf_counter()
@@ -362,7 +378,7 @@ class PartitionActor:
         """Source side: turn the pending rows' successor keys into global ids, and keep the rows.
 
         ``answers[o]`` is owner ``o``'s answer: the global ids of the distinct keys this source sent it
-        (:func:`~distmc.explore.ray.exchange.pack_ids`). With a checkpoint directory the level's rows and new states
+        (:func:`~distmc.distributed.exchange.pack_ids`). With a checkpoint directory the level's rows and new states
         go to disk (:func:`write_level`) instead of staying in memory. Returns the level's transitions and policy states, and this process's memory.
         """
         t = time.perf_counter()
@@ -391,7 +407,7 @@ class PartitionActor:
             r, f = self.written  # the rows and flags of earlier levels (kept for a distributed check) are written
             self.stats["checkpoint_bytes"] += write_level(
                 self.checkpoint_dir, level, self.rank, self.codec.dtype, (self.new_keys, self.frontier[0]),
-                [_expanded(x) for x in self.rows[r:]], self.rewards[r:], self.flags[f:], self.parts.reward_names)
+                [widened_rows(x) for x in self.rows[r:]], self.rewards[r:], self.flags[f:], self.parts.reward_names)
             if self.keep_rows:  # every level's rows go to disk, and stay here for a distributed check
                 self.written = (len(self.rows), len(self.flags))
             else:
@@ -457,203 +473,3 @@ class PartitionActor:
             "deadlock": cat([f[2] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
             "stats": dict(self.stats),
         }
-
-    def load_rows(self, directory: str, level: int, owner_by_gid: np.ndarray) -> None:
-        """After a restore, read back the rows of the own states from the checkpoint's levels ``0..level``.
-
-        ``owner_by_gid``: ``[N]`` the owner of every state (the restored actors know only their own states' keys).
-        """
-        from distmc.check.distributed import own_slots
-        from distmc.explore.checkpoint import read_rows
-
-        own = np.sort(self.gids[: self.visited.size])
-        for rows, rewards, flags in read_rows(directory, level):
-            mine = own_slots(own, rows[0])[1]
-            branch = np.repeat(mine, rows[2])
-            self.rows.append((rows[0][mine], rows[1][mine], rows[2][mine], *_compact(rows[3][branch], rows[4][branch])))
-            self.rewards.append({k: v[mine] for k, v in rewards.items()})
-            fmine = own_slots(own, flags[0])[1]
-            self.flags.append((flags[0][fmine], flags[1][fmine], flags[2][fmine]))
-        self.owner_by_gid = owner_by_gid
-        self.written = (len(self.rows), len(self.flags))  # on disk already
-
-    # -- the distributed check (distmc.check.distributed) --------------------------------------------------------
-
-    def check_plan(self, n_initial: int, n_total: int) -> Any:
-        """Turn the kept rows into this worker's part of the induced DTMC; per owner, the global ids it needs.
-
-        The exploration's structures (visited set, key cache, row chunks) are freed here: the part holds what
-        the check needs (rows with int32 columns, labels, rewards, the own states' keys).
-        """
-        from distmc.check.distributed import Mailbox, build_part
-
-        self._lap("explore")
-        t = time.perf_counter()
-        self.mailbox = Mailbox()
-        by_gid = self.__dict__.get("owner_by_gid")  # restored from a checkpoint: the owners of every state
-        known_keys = self.cache.keys_by_id()
-        known_gids = self.cache_gids[: self.cache.size]
-        owners = owner_of(self.codec.to_words(known_keys), self.workers)
-        order = np.argsort(known_gids, kind="stable")
-        known_gids, owners = known_gids[order], owners[order]
-        del known_keys, order
-
-        def owner_of_gid(gids: np.ndarray) -> np.ndarray:
-            if by_gid is not None:
-                return by_gid[gids]
-            pos = np.searchsorted(known_gids, gids)
-            if gids.shape[0] and (pos.max() >= known_gids.shape[0] or not np.array_equal(known_gids[pos], gids)):
-                raise AssertionError("a row points to a state this worker never asked about")
-            return owners[pos]
-
-        parts = self.parts
-        gids, keys = self.gids[: self.visited.size].copy(), self.visited.keys_by_id()
-        rows, rewards, flags = self.rows, self.rewards, self.flags
-        self.rows, self.rewards, self.flags = [], [], []
-        self.visited = self.cache = self.seen = VisitedSet(self.codec.dtype)
-        self.gids = self.cache_gids = self.known = np.zeros(0, dtype=np.int64)
-        self.part = build_part(self.rank, self.workers, gids, keys, rows, rewards, flags, owner_of_gid, n_initial,
-                               n_total, parts.model, parts.codec, parts.props.atoms, parts.reward_names)
-        del rows, rewards, flags, gids, keys
-        self.stats["check_build_s"] = time.perf_counter() - t
-        self.stats["check_bytes"] = self.part.nbytes()
-        self.stats["check_transitions"] = int(self.part.matrix.row_offsets[-1])
-        self.stats["check_copies"] = int(self.part.n_cols - self.part.n_states)
-        requests = self.part.requests()
-        return requests if self.workers > 1 else requests[0]
-
-    def close_frontier(self, first: int) -> None:
-        """One self-loop row for each own state with a global id from ``first`` on (found, not expanded).
-
-        A partial model's frontier (:func:`distmc.check.partial.close_frontier`), before :meth:`check_plan`.
-        """
-        gids = np.sort(self.gids[: self.visited.size])
-        f = gids[gids >= first]
-        n = int(f.shape[0])
-        if n == 0:
-            return
-        target, prob = f, np.ones(n)
-        if self.keep_rows:
-            target, prob = _compact(target, prob)
-        names = next((list(d) for d in self.rewards if d), list(self.parts.reward_names))
-        self.rows.append((f, np.full(n, -1, dtype=np.int64), np.ones(n, dtype=np.int64), target, prob))
-        self.rewards.append({k: np.zeros(n) for k in names})
-        self.flags.append((f, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)))
-
-    def check_run_partial(self, precision: Precision | float, max_iterations: int, first: int) -> dict[str, Any]:
-        """Bounds of the job's properties on a partial model, on every worker at once (:func:`partial_values`).
-
-        Returns ``checks``: per property, both sides' vectors at the own initial states, ``reach`` and ``note``.
-        """
-        from distmc.check.distributed import WorkerEngine
-        from distmc.check.partial import partial_values
-
-        t = time.perf_counter()
-        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
-        part, parts = self.part, self.parts
-        init = part.initial
-        checks = []
-        try:
-            for spec in parts.props.specs:
-                t_spec = time.perf_counter()
-                vectors, note = partial_values(engine, part, spec, part.gids >= first, parts.model,
-                                               len(parts.model.variables), precision, max_iterations)
-                checks.append({**{k: v[init] for k, v in vectors.items()}, "note": note,
-                               "check_s": time.perf_counter() - t_spec})
-        finally:
-            self.stats.update(engine.stats)
-            self.stats["check_s"] = time.perf_counter() - t
-            self._lap("check")
-        self.stats["peak_rss"] = peak_rss_bytes()
-        self.stats["rss"] = rss_bytes()
-        return {"gids": part.gids[init], "checks": checks, "stats": dict(self.stats)}
-
-    def check_connect(self, peers: list[Any], *asked: np.ndarray) -> None:
-        """Every peer's request (``asked[p]``: global ids of this worker's states it needs) and the peers' handles."""
-        self.part.serve(list(asked))
-        self.peers = peers
-
-    def check_run(self, precision: Precision, max_iterations: int,
-                  values: tuple[str, np.ndarray] | None = None) -> dict[str, Any]:
-        """Check every property of the job on every worker at once; the values at this worker's initial states.
-
-        Returns ``checks``: per property, ``value``, ``lower`` and ``upper`` at the own initial states (``gids``).
-        ``values``: (directory, first global id of every level): also write this worker's part of the values
-        table of the (one) property there, and return its states most at risk (``at_risk``).
-        """
-        from distmc.check.distributed import WorkerEngine
-        from distmc.check.native import values_of
-
-        t = time.perf_counter()
-        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
-        init = self.part.initial
-        checks = []
-        try:
-            for spec in self.parts.props.specs:
-                t_spec = time.perf_counter()
-                values_, lower, upper = values_of(engine, self.part, spec, precision, max_iterations)
-                checks.append({"value": values_[init], "lower": lower[init], "upper": upper[init],
-                               "check_s": time.perf_counter() - t_spec})
-        finally:
-            self.stats.update(engine.stats)
-            self.stats["check_s"] = time.perf_counter() - t
-            self._lap("check")  # from check_plan on: the part, the exchange plan and the check
-        self.stats["peak_rss"] = peak_rss_bytes()
-        self.stats["rss"] = rss_bytes()
-        out = {"gids": self.part.gids[init], "checks": checks, "stats": dict(self.stats)}
-        if values is not None:
-            out["at_risk"] = self._write_values(values_, *values)
-        return out
-
-    def _write_values(self, vec: np.ndarray, directory: str, level_starts: np.ndarray) -> list[dict[str, Any]]:
-        """This worker's part of the values table, and its candidates for the states most at risk."""
-        from distmc.check.native import reachability, unsupported
-        from distmc.explain.values import RISKIEST, depth_from_levels, riskiest, value_columns, write_values_part
-
-        t = time.perf_counter()
-        part, parts = self.part, self.parts
-        states = parts.codec.unpack(part.keys)
-        depth = depth_from_levels(part.gids, level_starts)
-        write_values_part(directory, self.rank, value_columns(parts.model, states, {"value": vec}, depth))
-        eligible = np.ones(part.n_states, dtype=bool)
-        if not parts.spec.is_reward and unsupported(parts.spec, "dtmc") is None:
-            eligible = ~reachability(parts.spec, part)[1]  # the target states have reached it already
-        ids = riskiest(vec, eligible, RISKIEST)
-        self.stats["values_s"] = time.perf_counter() - t
-        return [{"state": {v.name: (bool(x) if v.is_bool else int(x))
-                           for v, x in zip(parts.model.variables, states[i].tolist(), strict=True)},
-                 "value": float(vec[i]), "depth": int(depth[i]), "gid": int(part.gids[i])} for i in ids.tolist()]
-
-    def _lap(self, phase: str) -> None:
-        """This run's wall and CPU seconds (every thread of the process) since the last lap, or since :meth:`setup`.
-
-        Stored as ``{phase}_wall_s`` and ``{phase}_cpu_s``: the exploration's (until the rows are handed over or the
-        check starts) and the distributed check's; the worker's thread budget holds when CPU stays within about
-        ``threads`` x wall.
-        """
-        if f"{phase}_wall_s" in self.stats:
-            return
-        wall, cpu = time.perf_counter(), time.process_time()
-        self.stats[f"{phase}_wall_s"] = wall - self.clock0[0]
-        self.stats[f"{phase}_cpu_s"] = cpu - self.clock0[1]
-        self.stats["threads"] = thread_settings()
-        self.clock0 = (wall, cpu)
-
-    def _set_status(self, what: str) -> None:
-        self.status = what
-
-    # Called in the "mail" concurrency group: taken while this worker's check runs in the default group.
-
-    def deliver(self, key: tuple[str, int, int], payload: Any) -> None:
-        """A peer's message for the running check."""
-        self.mailbox.put(key, payload)
-
-    def check_status(self) -> str:
-        """What the running check is doing (for the live line)."""
-        return self.status
-
-    def check_abort(self, why: str) -> None:
-        """Stop a running check that waits for a peer (the run failed elsewhere)."""
-        mailbox = self.__dict__.get("mailbox")
-        if mailbox is not None:
-            mailbox.close(why)

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from distmc.errors import DistmcError
-from distmc.explore.arrowio import keys_from_arrow, keys_to_arrow, read_table, write_table
+from distmc.distributed.arrowio import keys_from_arrow, keys_to_arrow, read_table, write_table
+from distmc.errors import CheckpointError
 from distmc.explore.priority import PRIORITY_CHECKPOINT
 from distmc.pipeline import Job
 
@@ -147,12 +147,12 @@ class Checkpoint:
         """
         d = Path(directory)
         if (d / "meta.json").exists():
-            raise DistmcError(f"{d} already holds a checkpoint: continue it with --resume {d}, or choose another "
+            raise CheckpointError(f"{d} already holds a checkpoint: continue it with --resume {d}, or choose another "
                               f"--checkpoint-dir")
         try:
             d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise DistmcError(f"--checkpoint-dir {d}: cannot create it: {exc}") from None
+            raise CheckpointError(f"--checkpoint-dir {d}: cannot create it: {exc}") from None
         job = _absolute(job)
         meta = {
             "format": FORMAT,
@@ -178,21 +178,21 @@ class Checkpoint:
         try:
             meta = json.loads((d / "meta.json").read_text())
         except FileNotFoundError:
-            raise DistmcError(f"--resume {d}: no checkpoint there (no meta.json); was the run started with "
+            raise CheckpointError(f"--resume {d}: no checkpoint there (no meta.json); was the run started with "
                               f"--checkpoint-dir {d}?") from None
         except (OSError, ValueError) as exc:
-            raise DistmcError(f"--resume {d}: cannot read meta.json: {exc}") from None
+            raise CheckpointError(f"--resume {d}: cannot read meta.json: {exc}") from None
         if meta.get("format") != FORMAT:
-            raise DistmcError(f"--resume {d}: checkpoint format {meta.get('format')} is not {FORMAT}")
+            raise CheckpointError(f"--resume {d}: checkpoint format {meta.get('format')} is not {FORMAT}")
         ckpt = cls(d, meta)
         job = ckpt.job
         for k, digest in meta["digests"].items():
             now = file_digest(getattr(job, k))
             if digest is not None and now != digest:
-                raise DistmcError(f"--resume {d}: {getattr(job, k)} has changed (or is gone) since the checkpoint "
+                raise CheckpointError(f"--resume {d}: {getattr(job, k)} has changed (or is gone) since the checkpoint "
                                   f"was written; resuming would mix two different runs")
         if meta["level"] < 0 and not (d / PRIORITY_CHECKPOINT).is_file():  # a --width run saves its own file
-            raise DistmcError(f"--resume {d}: the run stopped before its initial states were saved; start it again")
+            raise CheckpointError(f"--resume {d}: the run stopped before its initial states were saved; start it again")
         return ckpt
 
     @property
@@ -258,7 +258,7 @@ class Checkpoint:
         return np.concatenate(keys), np.concatenate(gids), np.concatenate(levels)
 
     def results(self) -> list[dict[str, Any]]:
-        """The committed levels in the form :func:`distmc.explore.ray.exchange.gather` takes (one per file set)."""
+        """The committed levels in the form :func:`distmc.distributed.exchange.gather` takes (one per file set)."""
         keys, gids, _ = self.states()
         out: list[dict[str, Any]] = [{
             "gids": gids, "keys": keys, "row_state": _EMPTY, "row_action": _EMPTY, "counts": _EMPTY,
