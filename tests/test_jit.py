@@ -109,3 +109,16 @@ def test_merge_rows_against_numpy(writeable: bool, monkeypatch: pytest.MonkeyPat
     np_off, np_t, np_p = reducer.merge_csr_rows(offsets, targets, prob)
     assert np.array_equal(np_off, got[0]) and np.array_equal(np_t, got[1])
     np.testing.assert_allclose(np_p, got[2], rtol=1e-14)
+
+
+def test_gather_index_equals_numpy() -> None:
+    from distmc._internal.jit import gather_index
+
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 7, size=500)
+    new_off = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_off[1:])
+    starts = rng.integers(0, 10_000, size=counts.shape[0]).astype(np.int64)
+    expected = np.repeat(starts - new_off[:-1], counts) + np.arange(int(new_off[-1]), dtype=np.int64)
+    assert np.array_equal(gather_index(starts, new_off), expected)
+    assert gather_index(starts[:0], new_off[:1]).shape == (0,)

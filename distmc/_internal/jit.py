@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - exercised only without numba
     _nb = None  # type: ignore[assignment]
     HAVE_NUMBA = False
 
-__all__ = ["HAVE_NUMBA", "KeyTable", "budget_env", "first_occurrences", "merge_rows", "place_rows", "set_thread_budget",
+__all__ = ["HAVE_NUMBA", "KeyTable", "budget_env", "first_occurrences", "gather_index", "merge_rows", "place_rows", "set_thread_budget",
            "thread_budget", "thread_cap", "thread_settings"]
 
 _EMPTY = np.int64(-1)
@@ -158,6 +158,30 @@ if HAVE_NUMBA:
                     h = (h + np.uint64(1)) & mask
                 slots_k[h] = old_k[i]
                 slots_id[h] = old_id[i]
+
+
+if HAVE_NUMBA:
+
+    @_nb.njit(cache=True, nogil=True)
+    def _gather_index_jit(starts, new_off, gather):  # pragma: no cover - compiled
+        for i in range(starts.shape[0]):
+            s, d = starts[i], new_off[i]
+            for j in range(new_off[i + 1] - d):
+                gather[d + j] = s + j
+
+
+def gather_index(starts: np.ndarray, new_off: np.ndarray) -> np.ndarray:
+    """``[new_off[-1]]`` int64: ``starts[i], starts[i] + 1, ...`` for each run ``i`` of ``new_off[i + 1] - new_off[i]``.
+
+    The branch gather of rows taken out of a CSR in another order (one pass, no temporaries; numpy's ``repeat`` +
+    ``arange`` without numba).
+    """
+    n = int(new_off[-1])
+    if not HAVE_NUMBA:
+        return np.repeat(starts - new_off[:-1], np.diff(new_off)) + np.arange(n, dtype=np.int64)
+    gather = np.empty(n, dtype=np.int64)
+    _gather_index_jit(np.ascontiguousarray(starts, dtype=np.int64), new_off, gather)
+    return gather
 
 
 def merge_rows(offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -120,7 +120,11 @@ class SharedModel:
         # several rows of one action in a state: same-label choices, which a policy does not resolve
         self.same_label = bool((np.bincount(self.row_state[acted], minlength=n) > self.enabled.sum(axis=1)).any())
         # the MDP's transitions in one array each (int32 targets where they fit: less to read per sweep)
-        self.targets = mdp.targets.astype(np.int32 if n < 2**31 else np.int64)
+        self.targets = np.empty(mdp.n_transitions, dtype=np.int32 if n < 2**31 else np.int64)
+        at = 0
+        for c in mdp.target_chunks:  # chunk by chunk: no int64 copy of all of them
+            self.targets[at : at + c.shape[0]] = c
+            at += c.shape[0]
         self.prob = mdp.prob
         mdp.target_chunks, mdp.prob_chunks = [self.targets], [self.prob]
         self._fused: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None

@@ -22,6 +22,7 @@ import itertools
 
 import numpy as np
 
+from distmc._internal.jit import gather_index
 from distmc.errors import PolicyError, ResourceLimitError
 from distmc.explore.contracts import Rows, SuccessorGenerator
 from distmc.model.kernel import NO_ACTION, Kernel
@@ -49,8 +50,7 @@ def gather_rows(order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.
     counts = np.diff(offsets)[order]
     new_off = np.zeros(order.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=new_off[1:])
-    gather = np.repeat(offsets[:-1][order] - new_off[:-1], counts) + np.arange(int(new_off[-1]), dtype=np.int64)
-    return gather, new_off
+    return gather_index(offsets[:-1][order], new_off), new_off
 
 
 class Expander:
