@@ -183,3 +183,24 @@ def test_batched_check_equals_one_at_a_time(prop: str, interfaces: dict[str, str
     z = sm_zero.check("tests.test_curve:zero_policy", 2)
     assert mixed[1].value == z.value and mixed[1].transitions == z.transitions < sm.fused_transitions
     assert mixed[0].value == mixed[2].value and abs(mixed[0].value - alone[1].value) <= 1e-14 * max(1.0, alone[1].value)
+
+
+def test_batched_steps_within_reach_equal_full_sweeps() -> None:
+    """Step i updating only the states within k - i steps of the initial ones: the initial values, bit for bit."""
+    from dataclasses import replace
+
+    from distmc.check.forms import step_recurrence
+    from distmc.curve.batched import steps_many
+    from distmc.curve.engine import SharedModel
+    from distmc.options import VerifyOptions
+
+    for prop in ('P=? [F<=12 "crash"]', 'R{"steps"}=? [C<=9]'):
+        sm = SharedModel(MODEL, prop, VerifyOptions(constants="N=5", checker="native"))
+        assert sm.levels[0] == 1 and sm.levels[-1] == sm.n_states and (np.diff(sm.levels) >= 0).all()
+        assert sm.levels[sm.levels.shape[0] // 2] < sm.n_states  # the late steps skip states
+        m = sm.mdp
+        w = np.stack([sm.weights(sm._load(p)) for p in (POLICY, "uniform")], axis=1)
+        recs = [step_recurrence(sm.parts.spec, replace(m, rewards=sm.row_rewards(w[:, j]))) for j in range(2)]
+        args = (m.row_groups, m.row_offsets, sm.targets, sm.prob, np.ascontiguousarray(w), recs)
+        full, cut = steps_many(*args), steps_many(*args, levels=sm.levels)
+        assert np.array_equal(full[m.initial], cut[m.initial])

@@ -30,10 +30,9 @@ __all__ = ["steps_many"]
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _sweep_rows(row_groups, row_offsets, targets, prob, w, x, add, active, fixed, out):  # pragma: no cover - compiled
+def _sweep_rows(row_groups, row_offsets, targets, prob, w, x, add, active, fixed, out, n):  # pragma: no cover
     # out[s, k] = add[s, k] + sum over the rows r of s, over their branches j: (w[r, k] * prob[j]) * x[targets[j], k],
-    # for the active states; fixed[s, k] for the others.
-    n = row_groups.shape[0] - 1
+    # for the active states; fixed[s, k] for the others; states 0..n-1 only (the others are not read any more).
     kk = x.shape[1]
     for s in nb.prange(n):
         if active[s]:
@@ -58,6 +57,7 @@ def steps_many(
     weights: np.ndarray,
     recurrences: Sequence[Recurrence],
     progress: Callable[[int], None] | None = None,
+    levels: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each column's :class:`~distmc.check.forms.Recurrence` on the MDP weighted by its column; ``[n, K]`` values.
 
@@ -69,6 +69,11 @@ def steps_many(
         weights: ``[R, K]`` float64, column ``k`` the ``k``-th policy's weight of each row (rows sum to 1 per state).
         recurrences: ``K`` recurrences with the same ``active`` rows and step count (the same labelled states).
         progress: called after each step with the number of steps done (e.g. to check a time limit).
+        levels: ``[D + 1]`` int64, the number of states within ``d`` steps of the initial states for each ``d``,
+            the states numbered in that order (breadth first). Then step ``i`` of ``k`` updates only the states
+            within ``k - i`` steps: the initial states' values after ``k`` steps read no other (a state reads its
+            successors, one step further), so those are exactly the values of full sweeps, bit for bit; the other
+            states' values are left unfinished. None: every state, every step.
     """
     kk = len(recurrences)
     if weights.ndim != 2 or weights.shape[1] != kk:
@@ -80,9 +85,11 @@ def steps_many(
     add = np.ascontiguousarray(np.stack([r.add for r in recurrences], axis=1), dtype=np.float64)
     fixed = np.ascontiguousarray(np.stack([r.fixed for r in recurrences], axis=1), dtype=np.float64)
     active = np.ascontiguousarray(first.active, dtype=np.bool_)
-    y = np.empty_like(x)
+    y = x.copy()  # the states a step does not update keep finite values
+    n = x.shape[0]
     for i in range(first.k):
-        _sweep_rows(row_groups, row_offsets, targets, prob, weights, x, add, active, fixed, y)
+        m = n if levels is None else int(levels[min(first.k - i - 1, levels.shape[0] - 1)])
+        _sweep_rows(row_groups, row_offsets, targets, prob, weights, x, add, active, fixed, y, m)
         x, y = y, x
         if progress is not None:
             progress(i + 1)

@@ -101,13 +101,19 @@ class SharedModel:
             raise UsageError(f"{model_path} is a dtmc: no policy acts in it")
         assert parts.expander is not None
         limits = Limits(opts.max_states, parse_memory(opts.max_memory), parse_duration(opts.timeout))
-        explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states), limits=limits)
+        initial = parts.codec.pack(parts.model.initial_states)
+        reached: list[int] = []  # the states within d steps of the initial ones, d = 1, 2, ... (ids are breadth first)
+        explored = explore_local(
+            parts.expander, initial, limits=limits, progress=lambda i: reached.append(int(i["states"]))
+        )
         if "expanded" in explored.stats:
             raise ResourceLimitError(
                 f"the shared exploration stopped before its end ({explored.stats.get('stopped', 'a limit')}): "
                 "a curve needs every state; raise the limit or run the checkpoints separately (--separate)"
             )
         self.depth = int(explored.stats.get("depth", 0))
+        #: ``[D + 1]``: the number of states within ``d`` steps of the initial states, for ``d = 0 .. depth``
+        self.levels = np.array([int(np.unique(explored.initial).shape[0]), *reached], dtype=np.int64)
         mdp = assemble(explored, parts.model, parts.codec, parts.props.atoms, parts.reward_names, force_mdp=True)
         del explored
         self.mdp = mdp
@@ -277,7 +283,9 @@ class SharedModel:
                 return
             t0 = time.perf_counter()
             cols = weights if len(pending) == weights.shape[1] else np.ascontiguousarray(weights[:, : len(pending)])
-            values = steps_many(m.row_groups, m.row_offsets, self.targets, self.prob, cols, [p[3] for p in pending])
+            values = steps_many(
+                m.row_groups, m.row_offsets, self.targets, self.prob, cols, [p[3] for p in pending], levels=self.levels
+            )
             share = (time.perf_counter() - t0) / len(pending)
             for j, (policy, step, own_s, _) in enumerate(pending):
                 v = values[init, j]
