@@ -254,17 +254,7 @@ def shield(
         raise UsageError(f"--delta must be a probability in [0, 1], not {delta}")
     if max_rounds < 1:
         raise UsageError(f"--max-rounds must be at least 1, not {max_rounds}")
-    parts = Job(
-        str(model_path),
-        prop,
-        opts.constants,
-        opts.policy,
-        opts.interface,
-        opts.mode,
-        opts.threshold,
-        opts.resolve,
-        opts.trust_policy,
-    ).build()
+    parts = Job.of(str(model_path), prop, opts).build()  # the run's own job: policy, mode and the policy's dtype
     spec = parts.spec
     if len(parts.props.specs) != 1 or spec.is_reward or spec.operator != "P":
         raise PropertyError(f"distmc shield lowers one probability, P=? [...]: not '{prop}'")
