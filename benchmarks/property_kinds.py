@@ -16,7 +16,7 @@ from pathlib import Path
 from distmc.api import verify
 from distmc.assemble.storm import to_storm
 from distmc.check.dispatch import check_properties
-from distmc.check.native import unsupported
+from distmc.check.forms import unsupported
 from distmc.check.properties import PropertySet, parse_properties
 from distmc.check.result import Precision
 from distmc.model.program import load_model

@@ -18,7 +18,7 @@ import pytest
 import stormpy
 
 from distmc.api import verify
-from distmc.check.native import unsupported
+from distmc.check.forms import unsupported
 from distmc.check.properties import parse_properties, split_statements
 from distmc.errors import PropertyError
 from distmc.model.program import load_model

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from distmc.assemble.reducer import InducedModel
-from distmc.check.native import unsupported
+from distmc.check.forms import unsupported
 from distmc.check.properties import PropertySpec
 from distmc.check.result import TRUTH_FILTERS
 from distmc.errors import PropertyError, ResourceLimitError

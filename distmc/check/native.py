@@ -27,7 +27,7 @@ could be explored can also be checked:
 
 ``phi1`` and ``phi2`` are the property's atoms (labels the reducer wrote), ``true``/``false``, or their negation.
 Anything else (MDPs, nested P operators, lower step bounds, total or long-run rewards) is refused by
-:func:`unsupported`, and the caller keeps Storm. Products are Jacobi steps, parallel over rows and summed in row
+:func:`~distmc.check.forms.unsupported`, and the caller keeps Storm. Products are Jacobi steps, parallel over rows and summed in row
 order, so the result does not depend on the thread count.
 """
 
@@ -44,9 +44,7 @@ from distmc.assemble.reducer import InducedModel
 from distmc.check.checker import MAX_ITERATIONS
 from distmc.check.forms import (
     Labelled,
-    Recurrence,
     path_of,
-    reachability,
     rewards_of,
     states_of,
     step_recurrence,
@@ -57,8 +55,7 @@ from distmc.check.properties import PropertySpec
 from distmc.check.result import DEFAULT_PRECISION, Precision
 from distmc.errors import PropertyError, SlowConvergenceError
 
-__all__ = ["Engine", "LocalEngine", "Recurrence", "Stop", "at_initial", "check_native", "matrix_of", "native_values",
-           "reachability", "step_recurrence", "unsupported", "values_of"]
+__all__ = ["Engine", "LocalEngine", "Stop", "at_initial", "check_native", "matrix_of", "native_values", "values_of"]
 
 class Engine(Protocol):
     """The collective operations the checks below are written against (one per worker, the same calls on all).
@@ -354,7 +351,7 @@ def check_native(m: InducedModel, spec: PropertySpec, *, precision: Precision | 
     """The property's value at the initial state(s) of the induced DTMC ``m`` (like :func:`checker.check`).
 
     Raises:
-        PropertyError: when :func:`unsupported` names a reason.
+        PropertyError: when :func:`~distmc.check.forms.unsupported` names a reason.
         SlowConvergenceError: the iteration converges too slowly to meet the precision.
     """
     return at_initial(native_values(m, spec, precision, max_iterations, progress)[0], m.initial)

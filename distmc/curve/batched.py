@@ -19,7 +19,7 @@ bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numba as nb
 import numpy as np
@@ -56,7 +56,6 @@ def steps_many(
     prob: np.ndarray,
     weights: np.ndarray,
     recurrences: Sequence[Recurrence],
-    progress: Callable[[int], None] | None = None,
     levels: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each column's :class:`~distmc.check.forms.Recurrence` on the MDP weighted by its column; ``[n, K]`` values.
@@ -68,7 +67,6 @@ def steps_many(
         prob: ``[T]`` float64, the MDP's probabilities.
         weights: ``[R, K]`` float64, column ``k`` the ``k``-th policy's weight of each row (rows sum to 1 per state).
         recurrences: ``K`` recurrences with the same ``active`` rows and step count (the same labelled states).
-        progress: called after each step with the number of steps done (e.g. to check a time limit).
         levels: ``[D + 1]`` int64, the number of states within ``d`` steps of the initial states for each ``d``,
             the states numbered in that order (breadth first). Then step ``i`` of ``k`` updates only the states
             within ``k - i`` steps: the initial states' values after ``k`` steps read no other (a state reads its
@@ -91,6 +89,4 @@ def steps_many(
         m = n if levels is None else int(levels[min(first.k - i - 1, levels.shape[0] - 1)])
         _sweep_rows(row_groups, row_offsets, targets, prob, weights, x, add, active, fixed, y, m)
         x, y = y, x
-        if progress is not None:
-            progress(i + 1)
     return x

@@ -111,7 +111,6 @@ class SharedModel:
                 f"the shared exploration stopped before its end ({explored.stats.get('stopped', 'a limit')}): "
                 "a curve needs every state; raise the limit or run the checkpoints separately (--separate)"
             )
-        self.depth = int(explored.stats.get("depth", 0))
         #: ``[D + 1]``: the number of states within ``d`` steps of the initial states, for ``d = 0 .. depth``
         self.levels = np.array([int(np.unique(explored.initial).shape[0]), *reached], dtype=np.int64)
         mdp = assemble(explored, parts.model, parts.codec, parts.props.atoms, parts.reward_names, force_mdp=True)
@@ -293,26 +292,26 @@ class SharedModel:
                 out.append(point)
             pending.clear()
 
-        for lo in range(0, len(policies), width):
-            chunk = list(policies[lo : lo + width])
-            for policy, step in chunk:
-                t0 = time.perf_counter()
-                w_row = self.weights(self._load(policy))
-                # every row kept, and no weight so small that weight x probability rounds to 0 (the policy's own
-                # run would then lose that transition): the policy's DTMC is the MDP's every row, weighted
-                if batchable and float(w_row.min(initial=1.0)) * p_min > 0:
-                    rec = step_recurrence(spec, replace(m, rewards=self.row_rewards(w_row)))
-                    if rec is not None:
-                        if not pending:
-                            weights = np.empty((m.n_rows, len(chunk)))
-                        weights[:, len(pending)] = w_row
-                        pending.append((policy, step, time.perf_counter() - t0, rec))
-                        continue
-                flush()
-                induced = self.induced(w_row)
-                res = _check(self.parts, induced, o)
-                out.append(self._point(policy, step, induced, res, time.perf_counter() - t0))
+        for i, (policy, step) in enumerate(policies):
+            t0 = time.perf_counter()
+            w_row = self.weights(self._load(policy))
+            # every row kept, and no weight so small that weight x probability rounds to 0 (the policy's own run
+            # would then lose that transition): the policy's DTMC is the MDP's every row, weighted
+            if batchable and float(w_row.min(initial=1.0)) * p_min > 0:
+                rec = step_recurrence(spec, replace(m, rewards=self.row_rewards(w_row)))
+                if rec is not None:
+                    if not pending:
+                        weights = np.empty((m.n_rows, min(width, len(policies) - i)))
+                    weights[:, len(pending)] = w_row
+                    pending.append((policy, step, time.perf_counter() - t0, rec))
+                    if len(pending) == weights.shape[1]:
+                        flush()
+                    continue
             flush()
+            induced = self.induced(w_row)
+            res = _check(self.parts, induced, o)
+            out.append(self._point(policy, step, induced, res, time.perf_counter() - t0))
+        flush()
         return out
 
     def _load(self, spec_policy: str) -> Any:

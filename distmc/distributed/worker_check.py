@@ -208,7 +208,7 @@ class WorkerCheck:
 
     def _write_values(self, vec: np.ndarray, directory: str, level_starts: np.ndarray) -> list[dict[str, Any]]:
         """This worker's part of the values table, and its candidates for the states most at risk."""
-        from distmc.check.native import reachability, unsupported
+        from distmc.check.forms import reachability, unsupported
         from distmc.explain.values import RISKIEST, depth_from_levels, riskiest, value_columns, write_values_part
 
         t = time.perf_counter()

@@ -20,7 +20,8 @@ from distmc._internal.phases import PhaseClock
 from distmc.assemble.reducer import InducedModel
 from distmc.assemble.storm import to_storm
 from distmc.check.checker import check_values
-from distmc.check.native import LocalEngine, at_initial, matrix_of, reachability, unsupported, values_of
+from distmc.check.forms import reachability, unsupported
+from distmc.check.native import LocalEngine, at_initial, matrix_of, values_of
 from distmc.check.properties import PropertySpec
 from distmc.check.result import CheckResult
 from distmc.explain.plot import plot_values, plot_variables, require_matplotlib

@@ -41,7 +41,8 @@ import numba as nb
 import numpy as np
 
 from distmc.assemble.reducer import InducedModel
-from distmc.check.native import matrix_of, reachability, unsupported
+from distmc.check.forms import reachability, unsupported
+from distmc.check.native import matrix_of
 from distmc.check.properties import PropertySpec
 from distmc.errors import PropertyError, ResourceLimitError
 from distmc.explore.expander import Expander
