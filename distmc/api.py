@@ -174,7 +174,18 @@ class _Run:
     def rounds(self) -> tuple[Report, InducedModel]:
         """Explore in rounds, checking after each (:func:`distmc.rounds.explore_in_rounds`)."""
         directory = None if self.ckpt is None else self.ckpt.directory
-        return explore_in_rounds(self.opts, self.parts, directory, self.limits, self.clock, self.check_gathered)
+        o, parts = self.opts, self.parts
+        if parts.expander is not None:
+            return explore_in_rounds(o, parts, directory, self.limits, self.clock, self.check_gathered)
+        from distmc.distributed.priority import RayPriorityExplorer
+
+        where = o.ray if parts.uses_policy else dataclasses.replace(o.ray, policy_servers=0)  # no policy to serve
+
+        def on_ray(order: str, saved: Path | None) -> RayPriorityExplorer:
+            return RayPriorityExplorer(self.job, parts.codec, parts.codec.pack(parts.model.initial_states), where,
+                                       order, saved=saved)
+
+        return explore_in_rounds(o, parts, directory, self.limits, self.clock, self.check_gathered, on_ray)
 
     def on_workers(self, rows: RayRows) -> Report | Explored:
         """Rows on the Ray workers: check them there (the report), or gather them here (for Storm)."""

@@ -286,18 +286,18 @@ class VerifyOptions:
             raise UsageError("the local driver runs one partition: use --driver ray for --workers > 1")
         if self.policy_servers:
             raise UsageError("policy servers serve Ray workers: use --driver ray (or leave --driver out)")
-        if self.checkpoint_dir is not None or self.resume is not None:
+        if (self.checkpoint_dir is not None or self.resume is not None) and self.width is None and self.order is None:
             raise UsageError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
         if self.checker == "distributed":
             raise UsageError("--checker distributed checks on the Ray workers: use --driver ray (or leave --driver "
                               "out)")
 
     def check_rounds(self) -> None:
-        """``--width`` and ``--order`` explore in this process: not with the Ray driver (checked when a run starts)."""
-        if (self.width is not None or self.order is not None) and (self.run_driver != "local" or self.workers > 1
-                                                                    or self.address is not None):
-            raise UsageError("--width and --order explore in this process (one worker, --driver local); the Ray "
-                              "driver explores breadth-first, and bounds a run that a limit stops")
+        """``--width`` and ``--order``: each round's check runs in this process (not ``--checker distributed``)."""
+        if (self.width is not None or self.order is not None) and self.checker == "distributed":
+            raise UsageError("--width and --order check each round's explored part in this process (Storm or the "
+                              "native checker): use --checker auto, storm or native with them (the workers keep "
+                              "exploring between rounds)")
 
     def check_distributed(self, checker: str) -> None:
         """What ``checker`` (this run's, or the checkpoint's after ``--resume``) cannot do with these outputs."""
@@ -332,8 +332,8 @@ class VerifyOptions:
         """``driver``, or its default: local for one worker with nothing that needs Ray, else ray."""
         if self.driver is not None:
             return self.driver
-        if self.width is not None or self.order is not None:  # rounds in this process (checkpoints too)
-            return "local"
+        if self.width is not None or self.order is not None:  # rounds: one worker in this process (checkpoints too)
+            return "local" if self.workers == 1 and self.address is None and not self.policy_servers else "ray"
         local = (self.workers == 1 and self.address is None and self.resume is None and self.checkpoint_dir is None
                  and not self.policy_servers and self.checker != "distributed")
         return "local" if local else "ray"

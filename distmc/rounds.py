@@ -1,11 +1,11 @@
-"""``--width`` and ``--order``: explore in rounds in this process, each round's budget twice the last one's."""
+"""``--width`` and ``--order``: explore in rounds (in this process or on Ray), each round's budget twice the last one's."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distmc._internal.phases import PhaseClock
 from distmc.assemble.reducer import InducedModel
@@ -17,6 +17,9 @@ from distmc.explore.priority import PRIORITY_CHECKPOINT, PriorityExplorer
 from distmc.options import VerifyOptions
 from distmc.pipeline import Parts
 from distmc.report import Report
+
+if TYPE_CHECKING:
+    from distmc.distributed.priority import RayPriorityExplorer
 
 __all__ = ["FIRST_ROUND_STATES", "explore_in_rounds"]
 
@@ -47,27 +50,48 @@ def _plot_rounds(rounds: list[dict[str, Any]], path: str, order: str) -> None:
 
 
 def explore_in_rounds(o: VerifyOptions, parts: Parts, directory: Path | None, limits: Limits, clock: PhaseClock,
-                      check: Callable[[Explored], tuple[Report, InducedModel]]) -> tuple[Report, InducedModel]:
+                      check: Callable[[Explored], tuple[Report, InducedModel]],
+                      on_ray: Callable[[str, Path | None], RayPriorityExplorer] | None = None,
+                      ) -> tuple[Report, InducedModel]:
     """Explore in rounds in a priority order (:mod:`distmc.explore.priority`), ``check`` after each round.
 
     Each round's budget of states is twice the last one's (the first: :data:`FIRST_ROUND_STATES`, at most
     ``max_states``), and it goes on from what the last round explored. It stops once every property's bounds
     are at most ``width`` wide (or the model is explored whole, or a limit is passed, or ``max_states`` is
     reached); without ``width``, after one round of ``max_states`` states. ``directory``: the run's checkpoint
-    directory, where each round's explored part is saved (``--resume`` goes on from it).
+    directory, where each round's explored part is saved (``--resume`` goes on from it). ``on_ray``: start the
+    Ray workers' explorer (:class:`~distmc.distributed.priority.RayPriorityExplorer`) for an order and a saved
+    file to go on from (None: explore in this process, with ``parts.expander``).
     """
     horizon = horizon_of(parts.props.specs) if o.horizon_cut else None
     order = o.order or ("bfs" if horizon is not None else "mass")
-    assert parts.expander is not None
-    clock.start("exploring", f"in-process, {order} first")
+    where = "in-process" if on_ray is None else f"on {o.workers} Ray worker" + "s" * (o.workers > 1)
+    clock.start("exploring", f"{where}, {order} first")
     saved = None if directory is None else directory / PRIORITY_CHECKPOINT
-    if saved is not None and saved.is_file():  # --resume: go on from what the last run explored
-        explorer = PriorityExplorer.load(saved, parts.expander)
-        if o.order is not None and explorer.order != o.order:
+    resume = saved if saved is not None and saved.is_file() else None  # --resume: go on from the last run's part
+    explorer: PriorityExplorer | RayPriorityExplorer
+    if on_ray is not None:
+        explorer = on_ray(order, resume)
+    else:
+        assert parts.expander is not None
+        explorer = (PriorityExplorer.load(resume, parts.expander) if resume is not None else
+                    PriorityExplorer(parts.expander, parts.codec.pack(parts.model.initial_states), order))
+    ok = False
+    try:
+        if resume is not None and o.order is not None and explorer.order != o.order:
             raise CheckpointError(f"--resume: the checkpointed run explored in {explorer.order} order, not {o.order}")
         order = explorer.order
-    else:
-        explorer = PriorityExplorer(parts.expander, parts.codec.pack(parts.model.initial_states), order)
+        out = _rounds(o, explorer, saved, limits, clock, check, horizon, order, where)
+        ok = True
+        return out
+    finally:
+        explorer.close(ok)
+
+
+def _rounds(o: VerifyOptions, explorer: PriorityExplorer | RayPriorityExplorer, saved: Path | None, limits: Limits,
+            clock: PhaseClock, check: Callable[[Explored], tuple[Report, InducedModel]], horizon: int | None,
+            order: str, where: str) -> tuple[Report, InducedModel]:
+    """The rounds of :func:`explore_in_rounds` on one explorer (in-process or Ray's: the same interface)."""
     cap = o.max_states if o.max_states is not None else (None if o.width is not None else 2**62)
     budget = FIRST_ROUND_STATES if o.width is not None else int(cap)  # type: ignore[arg-type]
     if cap is not None:
@@ -104,7 +128,7 @@ def explore_in_rounds(o: VerifyOptions, parts: Parts, directory: Path | None, li
         if done:
             break
         budget = budget * 2 if cap is None else min(budget * 2, cap)
-        clock.start("exploring", f"in-process, {order} first, round {len(rounds) + 1}")
+        clock.start("exploring", f"{where}, {order} first, round {len(rounds) + 1}")
     report.rounds = rounds
     if o.width is not None and o.plot is not None:
         _plot_rounds(rounds, o.plot, order)

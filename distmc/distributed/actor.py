@@ -30,6 +30,7 @@ from distmc.distributed.exchange import (
     unpack_increasing,
     widened_rows,
 )
+from distmc.distributed.priority_worker import PriorityWorker
 from distmc.distributed.worker_check import WorkerCheck
 from distmc.errors import ResourceLimitError
 from distmc.explore.contracts import Rows, WorkerJob, WorkerParts
@@ -74,7 +75,7 @@ class WorkerSetup:
     server: tuple[Any, dict[str, Any]] | None = None
 
 
-class PartitionActor(WorkerCheck):
+class PartitionActor(WorkerCheck, PriorityWorker):
     """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows.
 
     The distributed check on the rows it keeps is its :class:`~distmc.distributed.worker_check.WorkerCheck` side.
@@ -320,7 +321,7 @@ class PartitionActor(WorkerCheck):
             self.stats["bytes_sent" if o != self.rank else "bytes_self"] += int(batch.nbytes)
             self.stats["keys_sent" if o != self.rank else "keys_self"] += int(sel.shape[0])
             out.append(batch)
-        self.known, self.ukeys = known, ukeys
+        self.known, self.ukeys, self.uowner = known, ukeys, owner
         self.n_unique = int(ukeys.shape[0])
         t_end = time.perf_counter()
         self.stats["expand_s"] += t_route - t
@@ -391,10 +392,14 @@ class PartitionActor(WorkerCheck):
                 self.cache_gids = _at_least(self.cache_gids, self.cache.size)
                 self.cache_gids[cid] = got
         self.ukeys = self.ukeys[:0]
-        transitions = 0
+        transitions = start = 0
+        noting = "pushes" in self.__dict__  # a priority run: what each branch hands on (PriorityWorker)
         for rows, bg, uid in self.pending:
             target = gid_of[uid]
             transitions += int(target.shape[0])
+            if noting:
+                self.prio_note(start, rows, bg, target, self.uowner[uid])
+            start += int(bg.shape[0])
             self._keep(bg, rows, target)
         self.pending = []
         self.stats["store_s"] += time.perf_counter() - t

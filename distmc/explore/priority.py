@@ -48,7 +48,7 @@ from distmc.explore.limits import LimitCheck
 from distmc.explore.partition import Explored
 from distmc.explore.visited import VisitedSet
 
-__all__ = ["MASS_RANK", "MASS_RANKS", "ORDERS", "PRIORITY_CHECKPOINT", "PriorityExplorer"]
+__all__ = ["MASS_RANK", "MASS_RANKS", "ORDERS", "PRIORITY_CHECKPOINT", "PriorityExplorer", "load_arrays", "save_arrays"]
 
 ORDERS = ("mass", "bfs")
 
@@ -64,6 +64,20 @@ GROWTH = 8
 PRIORITY_CHECKPOINT = "priority.npz"
 
 _UNSEEN_DEPTH = np.iinfo(np.int64).max
+
+
+def save_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
+    """A priority run's checkpoint (``.npz``), replaced atomically (:meth:`PriorityExplorer.save`)."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp.npz")
+    np.savez(tmp, **arrays)  # type: ignore[arg-type]
+    os.replace(tmp, p)
+
+
+def load_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays :func:`save_arrays` wrote."""
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
 
 
 class PriorityExplorer:
@@ -267,16 +281,15 @@ class PriorityExplorer:
             "rank": np.array(self.rank),
             "spread": np.array(self.spread),
         }
-        p = Path(path)
-        tmp = p.with_name(p.name + ".tmp.npz")
-        np.savez(tmp, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, p)
+        save_arrays(path, arrays)
+
+    def close(self, ok: bool) -> None:
+        """Nothing to end: the in-process explorer holds no workers (the Ray one's ends them)."""
 
     @classmethod
     def load(cls, path: str | Path, expander: Expander, batch_states: int = 20_000) -> PriorityExplorer:
         """The explorer :meth:`save` wrote, ready to grow further."""
-        with np.load(path) as z:
-            d = {k: z[k] for k in z.files}
+        d = load_arrays(path)
         # a checkpoint written before the rank and spread were chosen: the most likely path, batches not limited
         out = cls(
             expander,
