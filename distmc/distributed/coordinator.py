@@ -315,7 +315,7 @@ class _RayRun(WorkerPool):
             stored = self.get([ref])
             new = stored[0]["new"]
         else:
-            new, stored = self.exchange()
+            new, stored, _ = self.exchange()
         if self.stream:  # this level's rows, placed during the next level (an actor runs its calls in order)
             self.taken = [a.take.remote() for a in actors]
         expanded = self.frontier  # this level expanded the last one's new states
@@ -369,10 +369,18 @@ class _RayRun(WorkerPool):
             return f"passed --timeout {lim.timeout:g} s: the next level would end after it"
         return None
 
-    def exchange(self) -> tuple[int, list[dict[str, int]]]:
-        """Steps 1-4 of a level (module docstring) on W > 1 actors; the number of new states, and what they stored."""
+    def exchange(self, picked: list[np.ndarray] | None = None) -> tuple[int, list[dict[str, int]], list[Any]]:
+        """Steps 1-4 of a level (module docstring) on the actors; the number of new states, and what they stored.
+
+        ``picked``: a priority run's batch (:mod:`distmc.distributed.priority`): each actor expands its own
+        states ``picked[o]`` and its ``store`` also returns, per owner, what the batch's branches hand on to the
+        owner's states (the third item: per source, ``W`` refs; else empty).
+        """
         actors, w = self.actors, self.workers
-        sent = [a.expand.options(num_returns=w).remote() for a in actors]
+        if picked is None:
+            sent = [a.expand.options(num_returns=w).remote() for a in actors]
+        else:
+            sent = [a.prio_expand.options(num_returns=w).remote(picked[o]) for o, a in enumerate(actors)]
         sent = [s if isinstance(s, list) else [s] for s in sent]
         self.absorb()  # the last level's rows, while the actors expand
         news = [unpack_increasing(x) for x in self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)])
@@ -385,9 +393,14 @@ class _RayRun(WorkerPool):
         # an owner's new states are in order of first occurrence, so their global ids increase
         answers = [actors[o].answer.options(num_returns=w).remote(pack_increasing(gids[tag == o])) for o in range(w)]
         answers = [x if isinstance(x, list) else [x] for x in answers]
-        stored = self.get([actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
-                           for s in range(w)])
-        return int(occ.shape[0]), stored
+        if picked is None:
+            stored = self.get([actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
+                               for s in range(w)])
+            return int(occ.shape[0]), stored, []
+        outs = [actors[s].prio_store.options(num_returns=w + 1).remote(*[answers[o][s] for o in range(w)])
+                for s in range(w)]
+        stored = self.get([x[0] for x in outs])
+        return int(occ.shape[0]), stored, [x[1:] for x in outs]
 
     def check_on_workers(self, precision: Precision | float, max_iterations: int,
                          progress: Callable[[dict[str, Any]], None] | None,

@@ -62,6 +62,7 @@ class RayPriorityExplorer:
         self.n_expanded = self.transitions = self.policy_states = self.policy_calls = 0
         self.budget = 0
         self.rss: list[int] = []
+        self.pushes: list[list[Any]] = []  # per source, per owner: the last batch's branches not added yet
         if saved is not None:
             self._load(saved)
         else:
@@ -89,7 +90,10 @@ class RayPriorityExplorer:
 
     def _pick(self, k: int, horizon: int | None) -> list[np.ndarray] | None:
         """Per worker, the global ids of its states in the next batch (None: nothing left to expand)."""
-        picks = self.run.get([a.prio_pick.remote(k, self.order) for a in self.actors])
+        w = self.run.workers
+        pushes, self.pushes = self.pushes, []  # the last batch's mass, added by each owner before it picks
+        picks = self.run.get([a.prio_pick.remote(k, self.order, *[p[o] for p in pushes])
+                              for o, a in enumerate(self.actors)])
         total = sum(p["frontier"] for p in picks)
         score = np.concatenate([p["score"] for p in picks])
         gid = np.concatenate([p["gid"] for p in picks])
@@ -106,16 +110,18 @@ class RayPriorityExplorer:
         if gid.shape[0] == 0:
             return None
         self.n_expanded += int(gid.shape[0])
-        return [np.sort(gid[tag == o]) for o in range(self.run.workers)]
+        return [np.sort(gid[tag == o]) for o in range(w)]
+
+    def _settle(self) -> None:
+        """Let the owners add the last batch's mass now (it is otherwise taken with the next pick)."""
+        if self.pushes:
+            pushes, self.pushes = self.pushes, []
+            self.run.get([a.prio_absorb.remote(*[p[o] for p in pushes]) for o, a in enumerate(self.actors)])
 
     def _batch(self, picked: list[np.ndarray]) -> None:
-        """Expand the picked states (the level protocol), then let each owner add the mass its states got."""
-        run, actors, w = self.run, self.actors, self.run.workers
-        run.get([a.prio_select.remote(picked[o]) for o, a in enumerate(actors)])
-        new, stored = run.exchange()
-        pushes = [a.prio_push.options(num_returns=w).remote() for a in actors]
-        pushes = [p if isinstance(p, list) else [p] for p in pushes]
-        run.get([actors[o].prio_absorb.remote(*[pushes[s][o] for s in range(w)]) for o in range(w)])
+        """Expand the picked states (the level protocol); the owners add the mass with the next pick."""
+        run = self.run
+        new, stored, self.pushes = run.exchange(picked)
         run.n += new
         self.transitions += sum(x["transitions"] for x in stored)
         self.policy_states += sum(x["policy_states"] for x in stored)
@@ -125,16 +131,19 @@ class RayPriorityExplorer:
     def grow(self, budget: int, check: LimitCheck | None = None, interrupted: Callable[[], str | None] | None = None,
              horizon: int | None = None) -> str | None:
         """Expand until more than ``budget`` states are found (or none is left); why it stopped early (as in-process)."""
-        while self.n_states <= budget:
-            picked = self._pick(min(self.batch_states, max(64, self.n_expanded // GROWTH)), horizon)
-            if picked is None:
-                return None
-            self._batch(picked)
-            why = None if check is None else check.exceeded(states=0, memory=rss_bytes() + sum(self.rss))
-            why = why or (interrupted() if interrupted is not None else None)
-            if why is not None:
-                return why
-        return None
+        try:
+            while self.n_states <= budget:
+                picked = self._pick(min(self.batch_states, max(64, self.n_expanded // GROWTH)), horizon)
+                if picked is None:
+                    return None
+                self._batch(picked)
+                why = None if check is None else check.exceeded(states=0, memory=rss_bytes() + sum(self.rss))
+                why = why or (interrupted() if interrupted is not None else None)
+                if why is not None:
+                    return why
+            return None
+        finally:
+            self._settle()
 
     # -- out ----------------------------------------------------------------------------------------------------
 

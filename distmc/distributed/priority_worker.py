@@ -18,6 +18,7 @@ same ids, for any number of workers (:mod:`distmc.distributed.priority`, the dri
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,8 @@ class PriorityWorker:
     stats: dict[str, Any]
     rows: list[tuple[np.ndarray, ...]]
     rewards: list[dict[str, np.ndarray]]
+    expand: Callable[[], Any]  # the level protocol (PartitionActor)
+    store: Callable[..., dict[str, int]]
 
     def prio_start(self, rank_kind: str) -> None:
         """Start the priority arrays: every state held now is an initial state (mass 1, depth 0)."""
@@ -73,13 +76,18 @@ class PriorityWorker:
             raise AssertionError("a global id that this worker does not own, or its ids are out of order")
         return local
 
-    def prio_pick(self, k: int, order: str) -> dict[str, Any]:
+    def prio_pick(self, k: int, order: str, *pushes: tuple[np.ndarray, ...]) -> dict[str, Any]:
         """This worker's ``k`` frontier states of highest rank: ``score`` (lower first), ``gid``, ``depth``.
+
+        ``pushes``: the last batch's branches into this worker's states, from every source (:meth:`prio_absorb`
+        takes them first).
 
         Mass first the score is minus the mass, breadth first the depth; ties go to the smaller global id, as
         in :meth:`~distmc.explore.priority.PriorityExplorer._pick`. Also ``frontier``: this worker's number of
         states not expanded.
         """
+        if pushes:
+            self.prio_absorb(*pushes)
         self._prio_size()
         n = self.visited.size
         f = np.flatnonzero(~self.expanded[:n])
@@ -99,6 +107,17 @@ class PriorityWorker:
         self.sel = (self.mass[local].copy(), self.depth[local].copy())
         self.expanded[local] = True
         self.pushes = []
+
+    def prio_expand(self, gids: np.ndarray) -> Any:
+        """:meth:`prio_select`, then the level protocol's ``expand``."""
+        self.prio_select(gids)
+        return self.expand()
+
+    def prio_store(self, *answers: tuple[int, np.ndarray]) -> list[Any]:
+        """The level protocol's ``store`` (its counts first), then :meth:`prio_push`'s ``W`` parts."""
+        stored = self.store(*answers)
+        push = self.prio_push()
+        return [stored, *(push if self.workers > 1 else [push])]
 
     def prio_note(self, start: int, rows: Rows, bg: np.ndarray, target: np.ndarray, towner: np.ndarray) -> None:
         """``store``'s hook: what each branch of a batch (the selected states ``start ..``) hands on to its target.
