@@ -105,21 +105,10 @@ def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where
                 keep_workers: bool = ..., rows_stay: bool, horizon: int | None = ...) -> Explored | RayRows: ...
 
 
-def explore_ray(
-    job: WorkerJob,
-    codec: KeyCodec,
-    initial_keys: np.ndarray,
-    where: RaySettings,
-    *,
-    batch_states: int = 20_000,
-    limits: Limits | None = None,
-    checkpoint: Checkpoint | None = None,
-    progress: Callable[[dict[str, float]], None] | None = None,
-    max_restarts: int = 3,
-    keep_workers: bool = True,
-    rows_stay: bool = False,
-    horizon: int | None = None,
-) -> Explored | RayRows:
+def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where: RaySettings, *,
+                batch_states: int = 20_000, limits: Limits | None = None, checkpoint: Checkpoint | None = None,
+                progress: Callable[[dict[str, float]], None] | None = None, max_restarts: int = 3,
+                keep_workers: bool = True, rows_stay: bool = False, horizon: int | None = None) -> Explored | RayRows:
     """Explore ``job`` on ``where.workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
 
     Args:
@@ -370,17 +359,13 @@ class _RayRun(WorkerPool):
         return None
 
     def exchange(self, picked: list[np.ndarray] | None = None) -> tuple[int, list[dict[str, int]], list[Any]]:
-        """Steps 1-4 of a level (module docstring) on the actors; the number of new states, and what they stored.
+        """Steps 1-4 of a level on the actors: the number of new states, what they stored, a priority batch's mass.
 
-        ``picked``: a priority run's batch (:mod:`distmc.distributed.priority`): each actor expands its own
-        states ``picked[o]`` and its ``store`` also returns, per owner, what the batch's branches hand on to the
-        owner's states (the third item: per source, ``W`` refs; else empty).
+        ``picked``: each actor's own states to expand (:mod:`distmc.distributed.priority`); then per source ``W`` refs.
         """
         actors, w = self.actors, self.workers
-        if picked is None:
-            sent = [a.expand.options(num_returns=w).remote() for a in actors]
-        else:
-            sent = [a.prio_expand.options(num_returns=w).remote(picked[o]) for o, a in enumerate(actors)]
+        sent = [a.expand.options(num_returns=w).remote() if picked is None else
+                a.prio_expand.options(num_returns=w).remote(picked[o]) for o, a in enumerate(actors)]
         sent = [s if isinstance(s, list) else [s] for s in sent]
         self.absorb()  # the last level's rows, while the actors expand
         news = [unpack_increasing(x) for x in self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)])
