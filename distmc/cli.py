@@ -96,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="step-bounded properties only (F<=k, U<=k, C<=k, I=k): do not expand states deeper than "
                           "the deepest bound (exact answer, smaller model)")
     run.add_argument("--width", type=float, default=None, metavar="EPS",
-                     help="explore in rounds (in-process), doubling the states each round and checking after each, "
+                     help="explore in rounds (in-process, or on the Ray workers with --workers N), doubling the states "
+                          "each round and checking after each (in this process), "
                           "until every property's bounds are at most EPS wide (--max-states caps it)")
     run.add_argument("--order", default=None, choices=["mass", "bfs"],
                      help="order of a budgeted exploration: mass (most probable frontier states first; the default "

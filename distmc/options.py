@@ -157,9 +157,9 @@ class VerifyOptions:
         horizon_cut: when every property is step-bounded (``F<=k``, ``U<=k``, ``C<=k``, ``I=k``), leave the states
             deeper than the deepest bound unexpanded (``--horizon-cut``): the answer is exact, the model smaller
             than Storm's builder's (:func:`distmc.check.partial.horizon_of`).
-        width: explore in rounds, in process, each round's budget of states twice the last one's, checking after
-            each, until every property's bounds are at most this wide (``--width``; ``report.rounds``); ``max_states``
-            caps the budget.
+        width: explore in rounds (in this process, or on the Ray workers with ``workers`` > 1), each round's
+            budget of states twice the last one's, checking after each, until every property's bounds are at most
+            this wide (``--width``; ``report.rounds``); ``max_states`` caps the budget.
         order: the order of a budgeted exploration (:mod:`distmc.explore.priority`): ``mass`` (the frontier states
             the most probability reaches first; the default with ``width``) or ``bfs`` (the default with
             ``horizon_cut``). Given without ``width``, one round of ``max_states`` states in that order.
