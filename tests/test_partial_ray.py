@@ -76,3 +76,20 @@ def test_resume_on_ray_goes_on_from_an_in_process_checkpoint(local_ray: None, tm
 def test_width_with_the_distributed_checker_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--width and --order check each round"):
         verify(EXAMPLE, CRASH, constants="N=8", **POLICY, width=1e-3, workers=2, checker="distributed")
+
+
+def test_a_lost_worker_ends_a_width_run_with_one_clear_error(local_ray: None) -> None:
+    import os
+    import signal
+    import subprocess
+
+    from distmc.errors import WorkerError
+
+    def kill_workers(info: dict) -> None:
+        if str(info.get("phase", "")).startswith("round 1:"):  # after the first round's check: kill every actor
+            pids = subprocess.run(["pgrep", "-f", "ray::PartitionActor"], capture_output=True, text=True).stdout
+            for pid in pids.split():
+                os.kill(int(pid), signal.SIGKILL)
+
+    with pytest.raises(WorkerError, match="lost .* --width/--order run.*--resume"):
+        verify(EXAMPLE, CRASH, constants="N=8", **POLICY, width=1e-9, workers=2, progress=kill_workers)

@@ -28,6 +28,8 @@ import numpy as np
 from distmc.assemble.reducer import merge_csr_rows
 from distmc.distributed.coordinator import _RayRun
 from distmc.distributed.exchange import compact_rows, gather, owner_of
+from distmc.distributed.pool import _WorkerLost
+from distmc.errors import WorkerError
 from distmc.explore.contracts import KeyCodec, WorkerJob
 from distmc.explore.limits import LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
@@ -35,6 +37,18 @@ from distmc.explore.priority import GROWTH, MASS_RANK, SPREAD, load_arrays, save
 from distmc.options import RaySettings
 
 __all__ = ["RayPriorityExplorer"]
+
+
+class _PriorityRun(_RayRun):
+    """A run's actors for the priority explorer: a lost worker ends the run with one clear error."""
+
+    def get(self, refs: Any) -> Any:
+        try:
+            return super().get(refs)
+        except _WorkerLost as exc:
+            raise WorkerError(
+                f"a worker was lost ({exc}) in a --width/--order run; its states are lost with it. With "
+                "--checkpoint-dir DIR every finished round is saved there: continue with --resume DIR") from None
 
 
 class RayPriorityExplorer:
@@ -55,7 +69,7 @@ class RayPriorityExplorer:
         self.codec = codec
         # no limits inside the workers: the driver checks after every batch (a batch is small), so a limit stops
         # the run between batches, with its explored part whole
-        self.run = _RayRun(ray, job, codec, where, batch_states, Limits(), None, None)
+        self.run = _PriorityRun(ray, job, codec, where, batch_states, Limits(), None, None)
         t0 = time.perf_counter()
         self.run.spawn()
         self.startup_s = time.perf_counter() - t0
