@@ -152,7 +152,7 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         self.status = ""
         # the box front end's expander (distmc.abstract) runs no policy
         policy = self.expander.policy if isinstance(self.expander, Expander) else None
-        self.stats: dict[str, Any] = {"policy_dtype": policy_precision(policy), "expand_s": 0.0, "lookup_s": 0.0,
+        self.stats: dict[str, Any] = {"policy_dtype": policy_precision(policy), "expand_s": 0.0, "expander_s": 0.0, "lookup_s": 0.0,
                                       "store_s": 0.0, "exchange_s": 0.0, "checkpoint_s": 0.0,
                                       "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
                                       "keys_in": 0, "keys_in_new": 0, "bytes_answer": 0, "bytes_driver": 0,
@@ -255,7 +255,9 @@ class PartitionActor(WorkerCheck, PriorityWorker):
 
     def _expand_batch(self, keys: np.ndarray) -> Rows:
         """Rows of one batch of frontier states, with the per-batch limit check."""
+        t = time.perf_counter()
         rows = self.expander.expand(keys)
+        self.stats["expander_s"] += time.perf_counter() - t  # the kernel and policy alone (part of expand_s)
         self.policy_states += rows.policy_states
         self.stats["batches"] += 1
         if self.check is not None:
