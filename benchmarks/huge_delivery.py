@@ -1,10 +1,10 @@
 """Issue 22's "huge" target: a sound answer of width <= 1e-3 from a model too big to explore, on 2 workers.
 
 The model is the delivery truck of ``benchmarks/envs/delivery.prism`` on a 256 x 256 grid with a tank of 1280
-(``N=256,FUEL=1280,slip=0.1``; ``--n`` and ``--fuel`` choose others): about 256 * 256 * 1281 * 2 = 168 M states
-reachable under a stochastic policy (each action has a probability > 0, so the truck may be anywhere with any
-fuel). The 160 x 160 grid with a tank of 800 has 34,236,321 (explored whole on 2 workers in 104 s, 9.4 GB), so
-this one needs about 5 times that: more than the machine has. The policy is the PPO network trained on
+(``N=256,FUEL=1280,slip=0.1``; ``--n`` and ``--fuel`` choose others): at most 256 * 256 * 1281 * 2 = 168 M
+states under a stochastic policy (each action has a probability > 0, so the truck may be anywhere with almost any
+fuel). The 160 x 160 grid with a tank of 800 has 34,236,321 of its 41.0 M (explored whole on 2 workers in 104 s,
+9.4 GB); this one, about 140 M by the same share, needs about 4 times that: more than the machine has. The policy is the PPO network trained on
 the 48 x 48 grid with a tank of 240 (``benchmarks/policies/delivery_n48_f240``, delivering with 0.9995 there),
 given the bigger grid through its interface: the observations are scaled by the new ranges (x / 255, y / 255,
 fuel / 1280), so the network sees the same fractions of the way as in training. On the big grid it delivers with
