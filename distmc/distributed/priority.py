@@ -106,7 +106,7 @@ class RayPriorityExplorer:
         """Per worker, the global ids of its states in the next batch (None: nothing left to expand)."""
         w = self.run.workers
         pushes, self.pushes = self.pushes, []  # the last batch's mass, added by each owner before it picks
-        picks = self.run.get([a.prio_pick.remote(k, self.order, *[p[o] for p in pushes])
+        picks = self.run.get([a.prio_pick.remote(k, self.order, self.spread, *[p[o] for p in pushes])
                               for o, a in enumerate(self.actors)])
         total = sum(p["frontier"] for p in picks)
         score = np.concatenate([p["score"] for p in picks])

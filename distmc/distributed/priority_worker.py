@@ -76,11 +76,13 @@ class PriorityWorker:
             raise AssertionError("a global id that this worker does not own, or its ids are out of order")
         return local
 
-    def prio_pick(self, k: int, order: str, *pushes: tuple[np.ndarray, ...]) -> dict[str, Any]:
+    def prio_pick(self, k: int, order: str, spread: float, *pushes: tuple[np.ndarray, ...]) -> dict[str, Any]:
         """This worker's ``k`` frontier states of highest rank: ``score`` (lower first), ``gid``, ``depth``.
 
-        ``pushes``: the last batch's branches into this worker's states, from every source (:meth:`prio_absorb`
-        takes them first).
+        Mass first, no more than the states within ``spread`` of this worker's highest mass (but 64): the
+        frontier's highest is at least as high, so the driver's spread cut drops the others anyway, unless fewer
+        than 64 pass it, and those 64 are each in their owner's 64. ``pushes``: the last batch's branches into
+        this worker's states, from every source (:meth:`prio_absorb` takes them first).
 
         Mass first the score is minus the mass, breadth first the depth; ties go to the smaller global id, as
         in :meth:`~distmc.explore.priority.PriorityExplorer._pick`. Also ``frontier``: this worker's number of
@@ -93,6 +95,8 @@ class PriorityWorker:
         f = np.flatnonzero(~self.expanded[:n])
         score = -self.mass[f] if order == "mass" else self.depth[f].astype(np.float64)
         gid = self.gids[f]
+        if order == "mass" and f.shape[0] > 64:
+            k = min(k, max(64, int(np.count_nonzero(score <= score.min() * spread))))  # mass >= top * spread
         if f.shape[0] > k:
             cut = np.partition(score, k - 1)[k - 1]
             keep = score <= cut
