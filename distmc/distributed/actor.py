@@ -150,6 +150,7 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         self.part: Any = None  # this worker's part of the induced DTMC for the distributed check
         self.peers: list[Any] = []
         self.status = ""
+        self.prio_rank = None  # a priority run's rank (PriorityWorker.prio_start), else None
         # the box front end's expander (distmc.abstract) runs no policy
         policy = self.expander.policy if isinstance(self.expander, Expander) else None
         self.stats: dict[str, Any] = {"policy_dtype": policy_precision(policy), "expand_s": 0.0, "expander_s": 0.0, "lookup_s": 0.0,
@@ -395,7 +396,7 @@ class PartitionActor(WorkerCheck, PriorityWorker):
                 self.cache_gids[cid] = got
         self.ukeys = self.ukeys[:0]
         transitions = start = 0
-        noting = "pushes" in self.__dict__  # a priority run: what each branch hands on (PriorityWorker)
+        noting = self.prio_rank is not None  # a priority run: what each branch hands on (PriorityWorker)
         for rows, bg, uid in self.pending:
             target = gid_of[uid]
             transitions += int(target.shape[0])

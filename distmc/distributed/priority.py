@@ -33,7 +33,7 @@ from distmc.errors import WorkerError
 from distmc.explore.contracts import KeyCodec, WorkerJob
 from distmc.explore.limits import LimitCheck, Limits, rss_bytes
 from distmc.explore.partition import Explored
-from distmc.explore.priority import GROWTH, MASS_RANK, SPREAD, load_arrays, save_arrays
+from distmc.explore.priority import GROWTH, MASS_RANK, SPREAD, load_arrays, save_arrays, saved_settings
 from distmc.options import RaySettings
 
 __all__ = ["RayPriorityExplorer"]
@@ -77,6 +77,7 @@ class RayPriorityExplorer:
         self.budget = 0
         self.rss: list[int] = []
         self.pushes: list[list[Any]] = []  # per source, per owner: the last batch's branches not added yet
+        self.gathered: tuple[int, list[dict[str, Any]]] | None = None  # (n_expanded, the workers' results)
         if saved is not None:
             self._load(saved)
         else:
@@ -163,7 +164,8 @@ class RayPriorityExplorer:
 
     def snapshot(self) -> Explored:
         """The explored part gathered here, each frontier state one self-loop (``Explored.frontier``: their ids)."""
-        results = self.run.get([a.result.remote() for a in self.actors])
+        results = self._results()
+        self.gathered = None  # the check takes it from here: nothing of it stays in this explorer
         fronts = self.run.get([a.prio_frontier.remote() for a in self.actors])
         fids = np.sort(np.concatenate([f["gids"] for f in fronts]))  # [F]
         f = int(fids.shape[0])
@@ -180,24 +182,24 @@ class RayPriorityExplorer:
         out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(results, self.run.info, strict=True)]
         return out
 
+    def _results(self) -> list[dict[str, Any]]:
+        """Every worker's states and rows (``result``), fetched once per round: ``save`` and ``snapshot`` share it."""
+        if self.gathered is None or self.gathered[0] != self.n_expanded:
+            self.gathered = (self.n_expanded, self.run.get([a.result.remote() for a in self.actors]))
+        return self.gathered[1]
+
     def save(self, path: str | Path) -> None:
         """Write what was explored to ``path``: the in-process explorer's file (either driver resumes from it)."""
-        results = self.run.get([a.result.remote() for a in self.actors])
-        states = self.run.get([a.prio_state.remote() for a in self.actors])
+        ex = gather(self._results(), self.n_initial, merged=True)
         n = self.n_states
-        keys = np.empty(n, dtype=results[0]["keys"].dtype)
         mass, depth, expanded = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-        loop, deadlock = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-        for r, s in zip(results, states, strict=True):
-            keys[r["gids"]] = r["keys"]
-            mass[s["gids"]], depth[s["gids"]], expanded[s["gids"]] = s["mass"], s["depth"], s["expanded"]
-            loop[r["flag_gids"]], deadlock[r["flag_gids"]] = r["loop"], r["deadlock"]
-        ex = gather(results, self.n_initial, merged=True)
-        counts = np.diff(ex.branch_offsets)
+        for st in self.run.get([a.prio_state.remote() for a in self.actors]):
+            mass[st["gids"]], depth[st["gids"]], expanded[st["gids"]] = st["mass"], st["depth"], st["expanded"]
         save_arrays(path, {
-            "keys": keys, "mass": mass, "depth": depth, "expanded": expanded, "loop": loop, "deadlock": deadlock,
-            "initial": np.arange(self.n_initial, dtype=np.int64), "src": ex.row_state, "action": ex.row_action,
-            "counts": counts, "targets": np.concatenate(ex.target_chunks) if ex.target_chunks else np.zeros(0),
+            "keys": ex.keys, "mass": mass, "depth": depth, "expanded": expanded, "loop": ex.loop,
+            "deadlock": ex.deadlock, "initial": ex.initial, "src": ex.row_state, "action": ex.row_action,
+            "counts": np.diff(ex.branch_offsets),
+            "targets": np.concatenate(ex.target_chunks) if ex.target_chunks else np.zeros(0),
             "prob": np.concatenate(ex.prob_chunks) if ex.prob_chunks else np.zeros(0),
             **{f"reward:{k}": v for k, v in ex.rewards.items()},
             "counters": np.array([self.n_expanded, self.transitions, self.policy_states, self.budget], dtype=np.int64),
@@ -206,7 +208,7 @@ class RayPriorityExplorer:
     def _load(self, path: str | Path) -> None:
         """Go on from a saved explorer (:meth:`save`, or the in-process one's): each worker takes its states."""
         d = load_arrays(path)
-        self.order, self.rank, self.spread = str(d["order"]), str(d.get("rank", "path")), float(d.get("spread", 0.0))
+        self.order, self.rank, self.spread = saved_settings(d)
         keys = d["keys"]
         n = keys.shape[0]
         gids = np.arange(n, dtype=np.int64)
@@ -214,19 +216,15 @@ class RayPriorityExplorer:
         self.run.n = n
         owner = self._hand_out(keys, gids, ~d["expanded"])
         src, counts = d["src"].astype(np.int64), d["counts"].astype(np.int64)
-        starts = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=starts[1:])
         row_owner = owner[src]
         rewards = {k.split(":", 1)[1]: v for k, v in d.items() if k.startswith("reward:")}
         loads = []
         for o, a in enumerate(self.actors):
-            rows = np.flatnonzero(row_owner == o)
-            branch = np.repeat(starts[:-1][rows], counts[rows]) + (
-                np.arange(int(counts[rows].sum()), dtype=np.int64)
-                - np.repeat(np.cumsum(counts[rows]) - counts[rows], counts[rows]))
+            rows = row_owner == o
+            branch = np.repeat(rows, counts)  # the branches of its rows
             mine = np.flatnonzero(owner == o)
             done = mine[d["expanded"][mine]]
-            offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+            offsets = np.zeros(int(rows.sum()) + 1, dtype=np.int64)
             np.cumsum(counts[rows], out=offsets[1:])
             # merged as the workers keep their rows (the in-process explorer's file holds them unmerged)
             offsets, target, prob = merge_csr_rows(offsets, d["targets"][branch].astype(np.int64), d["prob"][branch])

@@ -43,6 +43,7 @@ class PriorityWorker:
     frontier: tuple[np.ndarray, np.ndarray]
     flags: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     stats: dict[str, Any]
+    prio_rank: str | None  # this run's rank (None: a level-by-level run)
     rows: list[tuple[np.ndarray, ...]]
     rewards: list[dict[str, np.ndarray]]
     expand: Callable[[], Any]  # the level protocol (PartitionActor)
@@ -93,6 +94,7 @@ class PriorityWorker:
         self._prio_size()
         n = self.visited.size
         f = np.flatnonzero(~self.expanded[:n])
+        frontier = int(f.shape[0])
         score = -self.mass[f] if order == "mass" else self.depth[f].astype(np.float64)
         gid = self.gids[f]
         if order == "mass" and f.shape[0] > 64:
@@ -102,7 +104,7 @@ class PriorityWorker:
             keep = score <= cut
             f, score, gid = f[keep], score[keep], gid[keep]
         top = np.lexsort((gid, score))[:k]
-        return {"score": score[top], "gid": gid[top], "depth": self.depth[f[top]], "frontier": int(n - self.expanded[:n].sum())}
+        return {"score": score[top], "gid": gid[top], "depth": self.depth[f[top]], "frontier": frontier}
 
     def prio_select(self, gids: np.ndarray) -> None:
         """Expand the own states ``gids`` (increasing) in the next batch."""

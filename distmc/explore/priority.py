@@ -48,7 +48,8 @@ from distmc.explore.limits import LimitCheck
 from distmc.explore.partition import Explored
 from distmc.explore.visited import VisitedSet
 
-__all__ = ["MASS_RANK", "MASS_RANKS", "ORDERS", "PRIORITY_CHECKPOINT", "PriorityExplorer", "load_arrays", "save_arrays"]
+__all__ = ["MASS_RANK", "MASS_RANKS", "ORDERS", "PRIORITY_CHECKPOINT", "PriorityExplorer", "load_arrays", "save_arrays",
+           "saved_settings"]
 
 ORDERS = ("mass", "bfs")
 
@@ -78,6 +79,14 @@ def load_arrays(path: str | Path) -> dict[str, np.ndarray]:
     """The arrays :func:`save_arrays` wrote."""
     with np.load(path) as z:
         return {k: z[k] for k in z.files}
+
+
+def saved_settings(d: dict[str, np.ndarray]) -> tuple[str, str, float]:
+    """The order, rank and spread of a saved run.
+
+    One written before the rank and spread were chosen: the most likely path, batches not limited.
+    """
+    return str(d["order"]), str(d.get("rank", "path")), float(d.get("spread", 0.0))
 
 
 class PriorityExplorer:
@@ -290,15 +299,8 @@ class PriorityExplorer:
     def load(cls, path: str | Path, expander: Expander, batch_states: int = 20_000) -> PriorityExplorer:
         """The explorer :meth:`save` wrote, ready to grow further."""
         d = load_arrays(path)
-        # a checkpoint written before the rank and spread were chosen: the most likely path, batches not limited
-        out = cls(
-            expander,
-            d["keys"][:0],
-            str(d["order"]),
-            batch_states,
-            str(d.get("rank", "path")),
-            float(d.get("spread", 0.0)),
-        )
+        order, rank, spread = saved_settings(d)
+        out = cls(expander, d["keys"][:0], order, batch_states, rank, spread)
         out._insert(d["keys"])  # every key is new: ids 0 .. n-1 in the saved order
         n = d["keys"].shape[0]
         for name in ("mass", "depth", "expanded", "loop", "deadlock"):
