@@ -62,6 +62,21 @@ def test_visited_set_clear_keeps_numbering_from_zero() -> None:
         assert ids.tolist() == [0, 1, 2] and new.shape[0] == 3 and s.keys_by_id().tolist() == keys[5:8].tolist()
 
 
+def test_key_table_clear_by_keys_empties_every_slot() -> None:
+    """Clearing only the held keys' slots (in any order, past slots emptied already) leaves a fresh table."""
+    from distmc._internal.jit import KeyTable
+
+    rng = np.random.default_rng(0)
+    table = KeyTable(1 << 16)
+    for _ in range(3):
+        keys = rng.integers(0, 1 << 62, 7000, dtype=np.uint64)
+        keys = np.concatenate([keys, keys[:50]])  # repeats: ids of the first
+        ids, new = table.insert(keys)
+        assert table.size == new.shape[0] == np.unique(keys).shape[0] and ids[-50:].tolist() == ids[:50].tolist()
+        table.clear(rng.permutation(new))
+        assert table.size == 0 and (table._id == -1).all()  # every slot empty, as a new table's
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_first_occurrences_numpy_fallback_agrees(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     from distmc.distributed import exchange as ray_driver

@@ -77,14 +77,17 @@ class InducedModel:
         return np.concatenate(self.prob_chunks) if self.prob_chunks else np.zeros(0)
 
 
-def merge_csr_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray) -> tuple[np.ndarray, ...]:
+def merge_csr_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray,
+                   lut: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Sort each row's branches by target and add up duplicates (in arrival order); in place when it may.
 
     The compiled :func:`~distmc._internal.jit.merge_rows`, or a numpy version without numba. Returns the merged
-    rows' offsets (from 0), targets and probabilities.
+    rows' offsets (from 0), targets and probabilities. ``lut``: the targets are ``lut[targets]``.
     """
     if HAVE_NUMBA:
-        return merge_rows(row_offsets, targets, prob)
+        return merge_rows(row_offsets, targets, prob, lut)
+    if lut is not None:
+        targets = lut[targets]
     n = int(targets.max(initial=-1)) + 1  # the numpy version sorts (row, target) pairs as row * n + target
     r = np.repeat(np.arange(row_offsets.shape[0] - 1, dtype=np.int64), np.diff(row_offsets))
     composite = r * np.int64(n) + targets

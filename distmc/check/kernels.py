@@ -223,7 +223,11 @@ class ChunkedCSR:
         n_chunks = len(target_chunks)
         bases = np.zeros(n_chunks + 1, dtype=np.int64)
         no_index = np.zeros(0, dtype=np.uint16)
+        # the chunks' bytes, counted here: reading a typed list back from Python costs numba a compile of its
+        # methods in every new process (0.8 s measured in a Ray worker's part, avoid 10x10)
+        self._chunk_bytes = 0
         for i, (t, p) in enumerate(zip(target_chunks, prob_chunks, strict=True)):
+            self._chunk_bytes += int(t.nbytes) + prob_nbytes(p)
             self.t_list.append(t)
             if isinstance(p, tuple):  # compact: a table and an index
                 self.p_list.append(p[0])
@@ -254,8 +258,7 @@ class ChunkedCSR:
     @property
     def nbytes(self) -> int:
         """Bytes of the rows (offsets, columns, probabilities)."""
-        return int(self.row_offsets.nbytes + sum(t.nbytes for t in self.t_list) + sum(p.nbytes for p in self.p_list)
-                   + sum(i.nbytes for i in self.i_list))
+        return int(self.row_offsets.nbytes) + self._chunk_bytes
 
     def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
         """``out[r] = add[r] + P[r] . x`` on the active rows, ``fixed[r]`` on the others (``x`` is ``[C]``)."""

@@ -88,7 +88,9 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         self.threads = threads
         set_thread_budget(threads)
         self.setup(job, ws)
-        VisitedSet(self.codec.dtype).insert(np.zeros(1, dtype=self.codec.dtype))  # numba's start, not in level 1
+        warm = VisitedSet(self.codec.dtype)  # numba's start (its cache loaded), not in level 1
+        warm.insert(np.zeros(1, dtype=self.codec.dtype))
+        warm.clear()
 
     def setup(self, job: WorkerJob, ws: WorkerSetup) -> None:
         """Build the parts of ``job`` and start empty (also a kept actor, for its next run).
@@ -267,14 +269,14 @@ class PartitionActor(WorkerCheck, PriorityWorker):
                 raise ResourceLimitError(why)
         return rows
 
-    def _keep(self, gids: np.ndarray, rows: Rows, target: np.ndarray) -> None:
-        """Keep a batch's rows (sources ``gids``) with their global target ids, merged.
+    def _keep(self, gids: np.ndarray, rows: Rows, target: np.ndarray, lut: np.ndarray | None = None) -> None:
+        """Keep a batch's rows (sources ``gids``) with their global target ids (``lut[target]`` with ``lut``), merged.
 
         Each row's branches are sorted by target and duplicates added up here, as the reducer would (the same
         routine, in the same order, so the same bits): the work is spread over the workers, and the reducer takes
         the rows as they come (widened from their compact form) instead of merging them again.
         """
-        offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob)
+        offsets, target, prob = merge_csr_rows(rows.branch_offsets - rows.branch_offsets[0], target, rows.prob, lut)
         # compact (int32 targets, a table of the distinct probabilities): held until the end for a distributed
         # check, and what travels to the driver otherwise (6 B a branch instead of 16 with a uniform policy)
         target, prob = compact_rows(target, prob)
@@ -343,17 +345,16 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         t = time.perf_counter()
         keys = np.concatenate([k for k, _ in decoded]) if decoded else np.zeros(0, dtype=self.codec.dtype)
         occ = np.concatenate([o for _, o in decoded]) if decoded else np.zeros(0, dtype=np.int64)
-        local = self.visited.lookup(keys)  # -1: new to this owner
-        unknown = np.flatnonzero(local < 0)
-        order = unknown[np.argsort(occ[unknown], kind="stable")]
-        uniq, first_idx, inv = np.unique(keys[order], return_index=True, return_inverse=True)
-        first_occ = occ[order][first_idx]
-        by_occ = np.argsort(first_occ, kind="stable")  # the new states in order of first occurrence
-        self.new_keys, new_occ = uniq[by_occ], first_occ[by_occ]
-        self.new_local, _ = self.visited.insert(self.new_keys)
-        rank = np.empty(by_occ.shape[0], dtype=np.int64)
-        rank[by_occ] = np.arange(by_occ.shape[0], dtype=np.int64)
-        local[order] = self.new_local[rank[inv.reshape(-1)]]
+        # In order of first occurrence (codes are unique: a branch leads to one key), every key goes into the
+        # visited set: the new ones are numbered by their first (smallest) occurrence, the order of their global ids
+        size0 = self.visited.size
+        order = np.argsort(occ, kind="stable")  # a level's sources send their keys in order: runs
+        ids, self.new_keys = self.visited.insert(keys[order])
+        first = np.flatnonzero(ids > np.maximum.accumulate(np.concatenate([[size0 - 1], ids]))[:-1])
+        new_occ = occ[order[first]]
+        self.new_local = np.arange(size0, self.visited.size, dtype=np.int64)
+        local = np.empty_like(ids)
+        local[order] = ids
         # local ids of the keys each source asked about, for the answer once the global ids are known
         self.asked = np.split(local, np.cumsum([k.shape[0] for k, _ in decoded])[:-1])
         # what the other sources' keys were: states known here already, or new ones (each new state counted once
@@ -398,12 +399,14 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         transitions = start = 0
         noting = self.prio_rank is not None  # a priority run: what each branch hands on (PriorityWorker)
         for rows, bg, uid in self.pending:
-            target = gid_of[uid]
-            transitions += int(target.shape[0])
+            transitions += int(uid.shape[0])
             if noting:
+                target = gid_of[uid]
                 self.prio_note(start, rows, bg, target, self.uowner[uid])
+                self._keep(bg, rows, target)
+            else:  # the targets' global ids looked up in the merge's pass (uid, this batch's alone, is overwritten)
+                self._keep(bg, rows, uid, gid_of)
             start += int(bg.shape[0])
-            self._keep(bg, rows, target)
         self.pending = []
         self.stats["store_s"] += time.perf_counter() - t
         return self._level_done(level, transitions)

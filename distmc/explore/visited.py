@@ -29,7 +29,7 @@ class VisitedSet:
     def clear(self) -> None:
         """Empty the set; a hash table keeps its capacity (for a set refilled every level)."""
         if self._table is not None:
-            self._table.clear()
+            self._table.clear(self.keys_by_id())
         self._sorted, self._ids, self._by_id = self._sorted[:0], self._ids[:0], []
         self.size = 0
 
