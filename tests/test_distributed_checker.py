@@ -10,7 +10,9 @@ Two levels:
 from __future__ import annotations
 
 import json
+import os
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ import pytest
 
 from distmc.api import verify
 from distmc.assemble.reducer import assemble
+from distmc.check import channels as channels_mod
+from distmc.check.channels import SHM_DIR, open_channels
 from distmc.check.distributed import Mailbox, WorkerEngine, build_part
 from distmc.check.kernels import compact_probabilities, expand_probabilities
 from distmc.check.native import LocalEngine, matrix_of, values_of
@@ -102,13 +106,19 @@ def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rew
     return [(p, peers, boxes[p.rank]) for p in out]
 
 
-def _run_threads(workers: list[Any], spec: Any, limits: LimitCheck | None = None) -> list[Any]:
+def _run_threads(workers: list[Any], spec: Any, limits: LimitCheck | None = None, shm: bool = False) -> list[Any]:
+    """Every worker's check as a thread; with ``shm``, values through shared-memory channels (all on one node)."""
     results: list[Any] = [None] * len(workers)
+    w = len(workers)
+    prefix = f"distmc-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    channels = [open_channels(prefix, p.rank, [int(s.shape[0]) for s in p.send],
+                              [int(p.recv_off[o + 1] - p.recv_off[o]) for o in range(w)], ["node"] * w) if shm else None
+                for p, _, _ in workers]
 
     def one(i: int) -> None:
         part, peers, box = workers[i]
         try:
-            results[i] = values_of(WorkerEngine(part, peers, box, limits), part, spec)
+            results[i] = values_of(WorkerEngine(part, peers, box, limits, channels=channels[i]), part, spec)
         except BaseException as exc:  # noqa: BLE001 - reported below
             results[i] = exc
             for _, _, b in workers:
@@ -119,6 +129,10 @@ def _run_threads(workers: list[Any], spec: Any, limits: LimitCheck | None = None
         t.start()
     for t in threads:
         t.join(120)
+    for c in channels:
+        if c is not None:
+            c.unlink()
+    assert not any(name.startswith(prefix) for name in os.listdir(SHM_DIR)) if os.path.isdir(SHM_DIR) else True
     return results
 
 
@@ -128,9 +142,10 @@ def test_workers_give_the_native_checkers_bits(model: Path, constants: str | Non
     parts, induced, loop, deadlock, rewards = _explored(model, constants, prop, kw)
     assert induced.kind == "dtmc"
     native = values_of(LocalEngine(matrix_of(induced)), induced, parts.spec)
-    for w, direct in ((1, None), (2, True), (3, False), (4, None)):  # both ways of making the columns
+    # both ways of making the columns; values through the mailboxes, or through shared memory (3 workers)
+    for w, direct, shm in ((1, None, False), (2, True, False), (3, False, True), (4, None, False)):
         workers = _split(parts, induced, loop, deadlock, rewards, w, direct)
-        got = _run_threads(workers, parts.spec)
+        got = _run_threads(workers, parts.spec, shm=shm)
         for r in got:
             if isinstance(r, BaseException):
                 raise r
@@ -139,6 +154,33 @@ def test_workers_give_the_native_checkers_bits(model: Path, constants: str | Non
             for (part, _, _), vals in zip(workers, got, strict=True):
                 full[part.gids] = vals[k]
             assert np.array_equal(full, native[k]), (w, k, np.abs(full - native[k]).max())
+
+
+def test_channels_alternate_halves_and_leave_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block goes into the peer's file, halves in turn; names go, maps stay; short of room: receive only."""
+    monkeypatch.setattr(channels_mod, "SHM_DIR", str(tmp_path))
+    a = open_channels("t", 0, [0, 3, 2], [0, 2, 0], ["n", "n", "other"])
+    b = open_channels("t", 1, [2, 0, 0], [3, 0, 0], ["n", "n", "other"])
+    assert a is not None and b is not None and a.out[2] is None  # worker 2 is on another node: Ray
+    assert sorted(os.listdir(tmp_path)) == ["t-0-1", "t-1-0"]
+    b.attach()
+    v = np.arange(10.0)
+    notes = [a.write(1, [v, -v], np.array([7, 1, 4])) for _ in range(3)]
+    assert [n[1] for n in notes if n is not None] == [0, 1, 0]
+    assert b.read(0, notes[2]).tolist() == [[7.0, 1.0, 4.0], [-7.0, -1.0, -4.0]]  # type: ignore[arg-type]
+    assert a.write(1, [v, v, v], np.array([0, 1, 2])) is None  # three vectors: through Ray
+    a.unlink()
+    b.unlink()
+    assert os.listdir(tmp_path) == [] and b.read(0, notes[2])[0].tolist() == [7.0, 1.0, 4.0]  # type: ignore[arg-type]
+    assert open_channels("t", 0, [0, 3], [0, 2], ["n", "m"]) is None  # no peer on this node
+    assert open_channels(None, 0, [0, 3], [0, 2], ["n", "n"]) is None  # the driver said no (DISTMC_SHM=0)
+
+    class Full:
+        f_bavail, f_frsize = 1, 4096
+
+    monkeypatch.setattr(channels_mod.os, "statvfs", lambda _: Full())
+    c = open_channels("u", 0, [0, 10_000], [0, 5], ["n", "n"])
+    assert c is not None and c.out == [None, None] and os.listdir(tmp_path) == []  # receives, sends through Ray
 
 
 def test_compact_probabilities_are_exact() -> None:
@@ -230,9 +272,15 @@ def test_ray_distributed_check_matches_storm_and_native(local_ray: None, model: 
 def test_ray_distributed_check_on_avoid(local_ray: None, prop: str) -> None:
     kw = {"constants": "xMax=4,yMax=4,slickness=0.1"}
     native = verify(SHARED_MODELS / "avoid.prism", prop, checker="native", **kw)
-    for w in (2, 3):
-        r = verify(SHARED_MODELS / "avoid.prism", prop, workers=w, checker="distributed", **kw)
+    for w, shm in ((2, True), (2, False), (3, True)):
+        with pytest.MonkeyPatch.context() as mp:
+            if not shm:
+                mp.setenv("DISTMC_SHM", "0")  # the values through Ray calls
+            r = verify(SHARED_MODELS / "avoid.prism", prop, workers=w, checker="distributed", **kw)
         assert abs(r.result - native.result) <= 1e-12  # type: ignore[union-attr, operator]
+        stats = r.worker_stats  # type: ignore[union-attr]
+        assert all(ws["check_bytes_sent"] > 0 and (ws["check_bytes_shm"] > 0) == shm for ws in stats), (w, shm)
+    assert not [n for n in os.listdir(SHM_DIR) if n.startswith("distmc-")]  # every name removed
 
 
 def test_cli_distributed_report(local_ray: None, tmp_path: Path) -> None:

@@ -32,7 +32,6 @@ well enough: on avoid 14x14 each worker sent 46 MB a step and spent 0.1 s a step
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,8 +40,9 @@ from typing import Any
 import numpy as np
 
 from distmc.assemble.reducer import label_states
+from distmc.check.channels import Channels, Mailbox
 from distmc.check.kernels import ChunkedCSR, expand_probabilities, prob_nbytes, reach_back_from
-from distmc.errors import PropertyError, ResourceLimitError, WorkerError
+from distmc.errors import PropertyError, ResourceLimitError
 from distmc.explore.limits import LimitCheck
 from distmc.explore.visited import VisitedSet
 from distmc.model.expr import CompiledExpr
@@ -51,41 +51,6 @@ from distmc.model.program import Model
 
 __all__ = ["Mailbox", "WorkerEngine", "WorkerPart", "build_part", "combine_checks", "own_slots"]
 
-#: How long a worker waits for a peer's message before it gives up (a peer that is gone is seen by the driver
-#: first, which then ends every worker; this bounds a wait nobody ends).
-PEER_TIMEOUT_S = 1800.0
-
-
-class Mailbox:
-    """Messages from the peers, by (kind, step, source); a worker's check waits on it, Ray's thread fills it."""
-
-    def __init__(self) -> None:
-        self.box: dict[tuple[str, int, int], Any] = {}
-        self.cv = threading.Condition()
-        self.closed: str | None = None
-
-    def put(self, key: tuple[str, int, int], payload: Any) -> None:
-        with self.cv:
-            self.box[key] = payload
-            self.cv.notify_all()
-
-    def close(self, why: str) -> None:
-        """Wake every waiter with ``why`` (the driver ends a failed check)."""
-        with self.cv:
-            self.closed = why
-            self.cv.notify_all()
-
-    def take(self, key: tuple[str, int, int], timeout: float = PEER_TIMEOUT_S) -> Any:
-        deadline = time.monotonic() + timeout
-        with self.cv:
-            while key not in self.box:
-                if self.closed is not None:
-                    raise WorkerError(f"the distributed check was stopped: {self.closed}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WorkerError(f"worker {key[2]} sent nothing for {timeout:.0f} s during the check")
-                self.cv.wait(min(left, 1.0))
-            return self.box.pop(key)
 
 
 @dataclass
@@ -325,11 +290,15 @@ class WorkerEngine:
         mailbox: where the peers' messages arrive.
         limits: time and memory limits of the run, checked every few steps.
         progress: where the step being done is written (the driver reads it for the live line).
+        channels: the shared-memory channels to the same-node peers (:mod:`distmc.check.channels`; None: Ray only).
     """
 
     def __init__(self, part: WorkerPart, peers: list[Any], mailbox: Mailbox, limits: LimitCheck | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, channels: Channels | None = None) -> None:
         self.part = part
+        self.channels = channels
+        if channels is not None:
+            channels.attach()
         self.n = part.n_states
         self.workers = part.workers
         self.peers = peers
@@ -338,7 +307,7 @@ class WorkerEngine:
         self._progress = progress
         self.step = 0
         self.stats = {"check_compute_s": 0.0, "check_exchange_s": 0.0, "check_wait_s": 0.0, "check_bytes_sent": 0,
-                      "check_messages": 0, "check_rounds": 0}
+                      "check_bytes_shm": 0, "check_messages": 0, "check_rounds": 0}
 
     # -- messages -------------------------------------------------------------------------------------------------
 
@@ -361,6 +330,8 @@ class WorkerEngine:
         out = [None if o == rank else self.mailbox.take((kind, self.step, o)) for o in range(self.part.workers)]
         self.stats["check_wait_s"] += time.perf_counter() - t
         self.step += 1
+        if self.channels is not None:  # every peer has sent a message: it has mapped this worker's files
+            self.channels.unlink()
         return out
 
     def _refresh(self, vectors: list[np.ndarray]) -> None:
@@ -370,8 +341,16 @@ class WorkerEngine:
             self.step += 1
             return
         t = time.perf_counter()
-        pieces = [None if p == part.rank else np.stack([v[:n][part.send[p]] for v in vectors])
-                  for p in range(part.workers)]
+        ch, own = self.channels, [v[:n] for v in vectors]
+        pieces: list[Any] = [None] * part.workers
+        for p in range(part.workers):
+            if p != part.rank:
+                note = None if ch is None else ch.write(p, own, part.send[p])  # a same-node peer: no Ray copy
+                if note is not None:  # counted here (the note itself is a few bytes)
+                    nbytes = 8 * len(own) * int(part.send[p].shape[0])
+                    self.stats["check_bytes_shm"] += nbytes
+                    self.stats["check_bytes_sent"] += nbytes
+                pieces[p] = note if note is not None else np.stack([v[part.send[p]] for v in own])
         self.stats["check_exchange_s"] += time.perf_counter() - t
         self._send("v", pieces)
         got = self._receive("v")
@@ -379,7 +358,12 @@ class WorkerEngine:
         for o, piece in enumerate(got):
             if piece is not None:
                 lo, hi = n + part.recv_off[o], n + part.recv_off[o + 1]
-                for v, values in zip(vectors, piece, strict=True):
+                if isinstance(piece, np.ndarray):
+                    block = piece
+                else:  # a note: the block is in the peer's file
+                    assert ch is not None
+                    block = ch.read(o, piece)
+                for v, values in zip(vectors, block, strict=True):
                     v[lo:hi] = values
         self.stats["check_exchange_s"] += time.perf_counter() - t
 

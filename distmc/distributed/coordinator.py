@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Literal, overload
 
@@ -404,7 +405,11 @@ class _RayRun(WorkerPool):
                 self.get([a.close_frontier.remote(frontier_first) for a in actors])
             plans = [a.check_plan.options(num_returns=w).remote(self.n_initial, self.n) for a in actors]
             plans = [p if isinstance(p, list) else [p] for p in plans]
-            self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)]) for o, a in enumerate(actors)])
+            # the workers on one node exchange values through shared memory (distmc.check.channels)
+            shm = (None if os.environ.get("DISTMC_SHM") == "0" else
+                   (f"distmc-{os.getpid()}-{uuid.uuid4().hex[:12]}", [i["node"] for i in self.info]))
+            self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)], shm=shm)
+                      for o, a in enumerate(actors)])
             del plans
             t1 = time.perf_counter()
             values = None if values_dir is None else (values_dir, np.asarray(self.level_starts, dtype=np.int64))

@@ -150,7 +150,7 @@ class WorkerCheck:
         from distmc.check.partial import partial_values
 
         t = time.perf_counter()
-        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
+        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels)
         part, parts = self.part, self.prism
         init = part.initial
         checks = []
@@ -162,6 +162,7 @@ class WorkerCheck:
                 checks.append({**{k: v[init] for k, v in vectors.items()}, "note": note,
                                "check_s": time.perf_counter() - t_spec})
         finally:
+            self._unlink_channels()
             self.stats.update(engine.stats)
             self.stats["check_s"] = time.perf_counter() - t
             self._lap("check")
@@ -169,10 +170,20 @@ class WorkerCheck:
         self.stats["rss"] = rss_bytes()
         return {"gids": part.gids[init], "checks": checks, "stats": dict(self.stats)}
 
-    def check_connect(self, peers: list[Any], *asked: np.ndarray) -> None:
-        """Every peer's request (``asked[p]``: global ids of this worker's states it needs) and the peers' handles."""
-        self.part.serve(list(asked))
+    def check_connect(self, peers: list[Any], *asked: np.ndarray, shm: tuple[str, list[Any]] | None = None) -> None:
+        """Every peer's request (``asked[p]``: global ids of this worker's states it needs) and the peers' handles.
+
+        ``shm``: (a file prefix unique to this check, every worker's node): this worker's shared-memory channels to
+        the peers on its node are made now (:mod:`distmc.check.channels`), before any worker starts the check.
+        """
+        from distmc.check.channels import open_channels
+
+        part = self.part
+        part.serve(list(asked))
         self.peers = peers
+        recv = [int(part.recv_off[o + 1] - part.recv_off[o]) for o in range(self.workers)]
+        self.channels = None if shm is None else open_channels(shm[0], self.rank, [int(s.shape[0]) for s in part.send],
+                                                               recv, shm[1])
 
     def check_run(self, precision: Precision, max_iterations: int,
                   values: tuple[str, np.ndarray] | None = None) -> dict[str, Any]:
@@ -186,7 +197,7 @@ class WorkerCheck:
         from distmc.check.native import values_of
 
         t = time.perf_counter()
-        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status)
+        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels)
         init = self.part.initial
         checks = []
         try:
@@ -196,6 +207,7 @@ class WorkerCheck:
                 checks.append({"value": values_[init], "lower": lower[init], "upper": upper[init],
                                "check_s": time.perf_counter() - t_spec})
         finally:
+            self._unlink_channels()
             self.stats.update(engine.stats)
             self.stats["check_s"] = time.perf_counter() - t
             self._lap("check")  # from check_plan on: the part, the exchange plan and the check
@@ -253,8 +265,14 @@ class WorkerCheck:
         """What the running check is doing (for the live line)."""
         return self.status
 
+    def _unlink_channels(self) -> None:
+        channels = self.__dict__.get("channels")
+        if channels is not None:
+            channels.unlink()
+
     def check_abort(self, why: str) -> None:
         """Stop a running check that waits for a peer (the run failed elsewhere)."""
+        self._unlink_channels()
         mailbox = self.__dict__.get("mailbox")
         if mailbox is not None:
             mailbox.close(why)
