@@ -93,3 +93,37 @@ def test_a_lost_worker_ends_a_width_run_with_one_clear_error(local_ray: None) ->
 
     with pytest.raises(WorkerError, match="lost .* --width/--order run.*--resume"):
         verify(EXAMPLE, CRASH, constants="N=8", **POLICY, width=1e-9, workers=2, progress=kill_workers)
+
+
+class _CtrlCAfter:
+    """Ctrl-C as the Ray level loop sees it: ``why`` is set from the ``levels``-th level on (read once a level)."""
+
+    def __init__(self, levels: int) -> None:
+        self.levels, self.reads = levels, 0
+
+    def __enter__(self) -> _CtrlCAfter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    @property
+    def why(self) -> str | None:
+        self.reads += 1
+        return "interrupted (Ctrl-C)" if self.reads >= self.levels else None
+
+
+def test_ctrl_c_with_the_next_level_expanded_ahead_stops_where_one_worker_stops(
+        local_ray: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers expand the next level with a level's store; a stop takes that expansion back (unexpand)."""
+    from distmc.distributed import coordinator
+
+    runs = []
+    for workers in (1, 2):  # one worker numbers its own levels (nothing expanded ahead); two expand ahead
+        monkeypatch.setattr(coordinator, "Interrupt", lambda: _CtrlCAfter(4))
+        runs.append(verify(EXAMPLE, CRASH, constants="N=8", **POLICY, workers=workers, driver="ray"))
+    one, two = runs
+    assert isinstance(one, Report) and isinstance(two, Report) and one.partial and two.partial
+    assert (one.states, one.transitions, one.frontier, one.depth) == (two.states, two.transitions, two.frontier,
+                                                                      two.depth)
+    assert one.bounds == pytest.approx(two.bounds, abs=1e-12)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -39,9 +39,6 @@ from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
 from distmc.policy.base import policy_precision
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["PartitionActor", "WorkerSetup"]
 
@@ -131,6 +128,7 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         self.pending: list[tuple[Rows, np.ndarray, np.ndarray]] = []  # (rows, source gids, level-unique target ids)
         self.sent: list[np.ndarray] = []
         self.n_unique = 0
+        self.expanding = self.frontier  # the frontier the last expand() took
         self.asked: list[np.ndarray] = []  # per source: local ids of the keys it asked about, in its order
         self.new_local: np.ndarray = np.zeros(0, dtype=np.int64)  # this level's new states: local ids, keys
         self.new_keys: np.ndarray = np.zeros(0, dtype=self.codec.dtype)
@@ -288,6 +286,7 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         """Expand the frontier; one record batch of (distinct key, first occurrence) per owner."""
         t = time.perf_counter()
         gids, keys = self.frontier
+        self.expanding = self.frontier  # given back by unexpand() if the driver stops before this level's store
         self.frontier = (gids[:0], keys[:0])
         # The level's distinct successor keys, numbered by first occurrence (a hash set for one-word keys).
         seen = self.seen
@@ -332,6 +331,21 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         self.stats["expand_s"] += t_route - t
         self.stats["exchange_s"] += t_end - t_route  # the per-owner Arrow batches
         return out if self.workers > 1 else out[0]  # Ray: num_returns=1 is one object, not a list of one
+
+    def store_expand(self, *answers: tuple[int, np.ndarray], level: int = 0) -> list[Any]:
+        """:meth:`store`, then the next level's :meth:`expand` (the store's counts first): the next level surely runs.
+
+        No round trip, and one barrier less a level lets the workers' uneven stores and expansions even out.
+        """
+        stored = self.store(*answers, level=level)
+        out = self.expand()
+        return [stored, *(out if self.workers > 1 else [out])]
+
+    def unexpand(self) -> None:
+        """Take back the last :meth:`expand` (its level will not run: the run stopped): its frontier is again."""
+        self.frontier = self.expanding
+        self.pending, self.sent = [], []
+        self.known, self.ukeys = self.known[:0], self.ukeys[:0]
 
     def lookup(self, *batches: Any) -> tuple[int, int, np.ndarray]:
         """Owner side: take in the keys of all sources; the first occurrences ``[new]`` of the states new to it.

@@ -22,6 +22,7 @@ from distmc.check.result import Precision
 from distmc.distributed.checkpoint import Checkpoint
 from distmc.distributed.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
 from distmc.distributed.pool import WorkerPool, _WorkerLost, gpu_share, release_workers
+from distmc.distributed.stops import LevelStops
 from distmc.errors import CheckpointError, WorkerError
 from distmc.explain.values import RISKIEST
 from distmc.explore.contracts import KeyCodec, WorkerJob
@@ -169,7 +170,7 @@ def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where
     return out
 
 
-class _RayRun(WorkerPool):
+class _RayRun(WorkerPool, LevelStops):
     """The driver's side of one distributed exploration: the level loop, recovery, the check, gathering."""
 
     def __init__(self, ray: Any, job: WorkerJob, codec: KeyCodec, where: RaySettings, batch_states: int,
@@ -189,6 +190,7 @@ class _RayRun(WorkerPool):
         self.rows_stay = rows_stay
         self.level_starts: list[int] = [0]  # the first global id of every level (level 0: the initial states)
         self.taken: list[Any] = []
+        self.ahead: list[list[Any]] | None = None  # the next level's expansion, asked for with this level's store
         self.blocks: list[RowBlock] = []
         self.absorb_s = 0.0
 
@@ -219,6 +221,9 @@ class _RayRun(WorkerPool):
                 self.stopped = self.stopped or (interrupt.why if self.frontier else None)
                 if done or self.stopped is not None:
                     break
+        if self.ahead is not None:  # stopped (Ctrl-C) with the next level expanded: its frontier back
+            self.ahead = None
+            self.get([a.unexpand.remote() for a in self.actors])
         self.levels_s = time.perf_counter() - t0 - self.startup_s
         if not gather:
             return None
@@ -277,6 +282,7 @@ class _RayRun(WorkerPool):
         log.info("resumed depth=%d states=%d frontier=%d from=%s", self.depth, self.n, self.frontier, ckpt.directory)
 
     def recover(self, exc: _WorkerLost, max_restarts: int) -> None:
+        self.ahead = None  # the lost run's actors' expansion
         if self.ckpt is None:
             raise WorkerError(
                 f"a worker was lost at depth {self.depth + 1} ({exc}); the {self.n} states explored so far were "
@@ -334,40 +340,18 @@ class _RayRun(WorkerPool):
                                                                                                          expanded)
         return self.frontier == 0
 
-    def next_level_too_big(self, stored: list[dict[str, Any]], expanded: int) -> str | None:
-        """Why the next level would pass ``--max-memory`` or ``--timeout`` (None: it should not).
-
-        The next level expands ``frontier`` states where this one expanded ``expanded``: its growth in each
-        worker's memory and in time is predicted as this level's, scaled by that ratio. Stopping before it keeps
-        the run's explored part whole (a worker that passes its share inside a level ends the run, unchecked).
-        """
-        now = time.time()
-        rss = [int(x["rss"]) for x in stored]
-        prev_rss, prev_t = self.level_rss, self.level_t
-        self.level_rss, self.level_t = rss, now
-        if not prev_rss:  # the first level (of this start): nothing to scale yet
-            return None
-        ratio = self.frontier / max(expanded, 1)
-        lim = self.limits
-        if lim.max_memory is not None and len(prev_rss) == len(rss):
-            share = lim.max_memory / self.workers
-            worst = max(r + max(r - p, 0) * ratio for r, p in zip(rss, prev_rss, strict=True))
-            if worst > share:
-                return (f"passed --max-memory: the next level would need about {worst / 2**20:.0f} MiB in a worker "
-                        f"(its share {share / 2**20:.0f} MiB)")
-        if lim.timeout is not None and now - self.start + (now - prev_t) * ratio > lim.timeout:
-            return f"passed --timeout {lim.timeout:g} s: the next level would end after it"
-        return None
-
     def exchange(self, picked: list[np.ndarray] | None = None) -> tuple[int, list[dict[str, int]], list[Any]]:
         """Steps 1-4 of a level on the actors: the number of new states, what they stored, a priority batch's mass.
 
         ``picked``: each actor's own states to expand (:mod:`distmc.distributed.priority`); then per source ``W`` refs.
         """
         actors, w = self.actors, self.workers
-        sent = [a.expand.options(num_returns=w).remote() if picked is None else
-                a.prio_expand.options(num_returns=w).remote(picked[o]) for o, a in enumerate(actors)]
-        sent = [s if isinstance(s, list) else [s] for s in sent]
+        if self.ahead is not None and picked is None:  # expanded with the last level's store already
+            sent, self.ahead = self.ahead, None
+        else:
+            sent = [a.expand.options(num_returns=w).remote() if picked is None else
+                    a.prio_expand.options(num_returns=w).remote(picked[o]) for o, a in enumerate(actors)]
+            sent = [s if isinstance(s, list) else [s] for s in sent]
         self.absorb()  # the last level's rows, while the actors expand
         news = [unpack_increasing(x) for x in self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)])
                                                          for o in range(w)])]
@@ -379,6 +363,11 @@ class _RayRun(WorkerPool):
         # an owner's new states are in order of first occurrence, so their global ids increase
         answers = [actors[o].answer.options(num_returns=w).remote(pack_increasing(gids[tag == o])) for o in range(w)]
         answers = [x if isinstance(x, list) else [x] for x in answers]
+        if picked is None and self.goes_on(int(occ.shape[0])):  # store, then expand the next level at once
+            outs = [actors[s].store_expand.options(num_returns=w + 1).remote(*[answers[o][s] for o in range(w)],
+                                                                           level=self.depth + 1) for s in range(w)]
+            self.ahead = [x[1:] for x in outs]
+            return int(occ.shape[0]), self.get([x[0] for x in outs]), []
         if picked is None:
             stored = self.get([actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
                                for s in range(w)])
