@@ -26,8 +26,9 @@ are the native checker's, bit for bit (``tests/test_distributed_checker.py``).
 
 Why not ``ray.util.collective``: its CPU backend needs ``pygloo``, which PyPI does not have for this platform
 (``pip download pygloo``: no matching distribution). Ray calls through the object store carry a worker's boundary
-well enough: on avoid 14x14 each worker sent 46 MB a step and spent 0.1 s a step sending and 0.1 s waiting, against
-1.2 s in the kernel (``benchmarks/RESULTS.md``).
+well enough between nodes: on avoid 14x14 each worker sent 46 MB a step and spent 0.1 s a step sending and 0.1 s
+waiting, against 1.2 s in the kernel (``benchmarks/RESULTS.md``). Between workers on one node a step's values go
+through shared memory instead, Ray carrying only a note (:mod:`distmc.check.channels`, measured there).
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ Termination and numbering: level-synchronous breadth-first search with a barrier
 4. ``answer``: every owner sends each source the global ids of the keys it asked about; ``store``: the sources
    turn their rows' successor keys into global ids and keep the rows.
 
+When the next level surely runs (:meth:`~distmc.distributed.stops.LevelStops.goes_on`: states to expand, within the
+horizon, no memory or time limit waiting on the counts), ``store`` and the next level's ``expand`` are one call
+(``store_expand``): a round trip and a barrier less a level; a Ctrl-C stop takes that expansion back (``unexpand``).
+
 The fixpoint is the first level that finds no new state anywhere (the driver sums the counts of step 2). States
 and transitions never cross as Python objects: keys travel as Arrow arrays, ids and rows as numpy arrays through
 Ray's object store. A lone actor (W = 1) owns every successor: it runs a level in one call
