@@ -181,20 +181,28 @@ def build_part(
     held = sum(int(r[3].nbytes) + prob_nbytes(r[4]) for r in rows)
     if direct is None:  # a map over every global id when it costs less than the rows themselves
         direct = 5 * n_total <= held
-    t_chunks, p_chunks, remote = (_columns_direct if direct else _columns_hashed)(gids, rows, n_total, col_dtype)
-    owner = owner_of_gid(remote).astype(np.int64)
-    if remote.shape[0] and (owner == rank).any():
-        raise AssertionError("a target is neither owned here nor known elsewhere")
-    by_owner = np.lexsort((remote, owner))
-    ext = np.empty(remote.shape[0], dtype=col_dtype)
-    ext[by_owner] = n + np.arange(remote.shape[0], dtype=np.int64)  # column of each copy
-    recv_off = np.zeros(workers + 1, dtype=np.int64)
-    np.cumsum(np.bincount(owner, minlength=workers), out=recv_off[1:])
+    def copies(remote: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The copies' columns (``n + ...``, by owner, then global id), ``recv_off``, and their ids in that order."""
+        owner = owner_of_gid(remote).astype(np.int64)
+        if remote.shape[0] and (owner == rank).any():
+            raise AssertionError("a target is neither owned here nor known elsewhere")
+        by_owner = np.lexsort((remote, owner))
+        ext = np.empty(remote.shape[0], dtype=col_dtype)
+        ext[by_owner] = n + np.arange(remote.shape[0], dtype=np.int64)  # column of each copy
+        recv_off = np.zeros(workers + 1, dtype=np.int64)
+        np.cumsum(np.bincount(owner, minlength=workers), out=recv_off[1:])
+        return ext, recv_off, remote[by_owner]
+
+    if direct:  # the copies' columns are known before the chunks are converted
+        t_chunks, p_chunks, (recv_off, remote) = _columns_direct(gids, rows, n_total, col_dtype, copies)
+    else:
+        t_chunks, p_chunks, provisional = _columns_hashed(gids, rows, n_total, col_dtype)
+        ext, recv_off, remote = copies(provisional)
+        for col in t_chunks:  # the copies' provisional numbers (stored as -1 - number) become their columns
+            neg = np.flatnonzero(np.asarray(col) < 0)
+            col[neg] = ext[-1 - col[neg].astype(np.int64)]
+        del ext, provisional
     n_cols = n + int(remote.shape[0])
-    for col in t_chunks:  # the copies' provisional numbers (stored as -1 - number) become their columns
-        neg = np.flatnonzero(np.asarray(col) < 0)
-        col[neg] = ext[-1 - col[neg].astype(np.int64)]
-    del ext
     matrix = ChunkedCSR(row_offsets, t_chunks, p_chunks, n_cols)
     # labels and rewards of the own states
     flag_gids = np.concatenate([f[0] for f in flags]) if flags else np.zeros(0, dtype=np.int64)
@@ -208,16 +216,18 @@ def build_part(
     act = {k: np.concatenate([d[k] for d in action_rewards if k in d]) if action_rewards else np.zeros(0)
            for k in names}
     labels, rewards = label_states(keys, model, codec, atoms, reward_names, gids < n_initial, deadlock, loop, act)
-    return WorkerPart(rank, workers, gids, keys, matrix, remote[by_owner], recv_off, labels, rewards,
+    return WorkerPart(rank, workers, gids, keys, matrix, remote, recv_off, labels, rewards,
                       np.flatnonzero(gids < n_initial))
 
 
-def _columns_direct(gids: np.ndarray, rows: list[tuple[Any, ...]], n_total: int,
-                    col_dtype: type) -> tuple[list[np.ndarray], list[Any], np.ndarray]:
+def _columns_direct(gids: np.ndarray, rows: list[tuple[Any, ...]], n_total: int, col_dtype: type,
+                    copies: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
+                    ) -> tuple[list[np.ndarray], list[Any], tuple[np.ndarray, np.ndarray]]:
     """Columns by a map over every global id (``[N]`` int32 and ``[N]`` bool, no more than the rows cost).
 
-    Two passes over the branches: mark the targets, then number the own slots and the copies (provisional
-    numbers in global-id order, stored as ``-1 - number``) and gather each chunk's columns. Empties ``rows``.
+    Two passes over the branches: mark the targets, then gather each chunk's columns from the map of the own
+    slots and the copies' columns (``copies``: their columns, ``recv_off`` and ids by column, from the copies'
+    global ids). Returns the chunks and (``recv_off``, the copies' ids by column). Empties ``rows``.
     """
     n = gids.shape[0]
     needed = np.zeros(n_total, dtype=bool)
@@ -226,9 +236,11 @@ def _columns_direct(gids: np.ndarray, rows: list[tuple[Any, ...]], n_total: int,
     needed[gids] = False
     remote = np.flatnonzero(needed)
     del needed
+    ext, recv_off, by_column = copies(remote)
     col_of: np.ndarray = np.empty(n_total, dtype=col_dtype)
     col_of[gids] = np.arange(n, dtype=np.int64)
-    col_of[remote] = -1 - np.arange(remote.shape[0], dtype=np.int64)
+    col_of[remote] = ext
+    del ext, remote
     t_chunks, p_chunks = [], []
     rows.reverse()  # pop from the end: each chunk's global targets are freed as soon as converted
     while rows:
@@ -236,7 +248,7 @@ def _columns_direct(gids: np.ndarray, rows: list[tuple[Any, ...]], n_total: int,
         t_chunks.append(col_of[r[3]])
         p_chunks.append(r[4])
         del r
-    return t_chunks, p_chunks, remote
+    return t_chunks, p_chunks, (recv_off, by_column)
 
 
 def _columns_hashed(gids: np.ndarray, rows: list[tuple[Any, ...]], n_total: int,
