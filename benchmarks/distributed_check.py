@@ -24,7 +24,8 @@ limit ``2 x alone / two at once``. Give ``--const`` several times for several mo
 measurement in ``benchmarks/RESULTS.md`` (issue 23)::
 
     python benchmarks/distributed_check.py --const xMax=10,yMax=10,slickness=0.1 \
-        --const xMax=12,yMax=12,slickness=0.1 --runs ray1:distributed,ray2:distributed --threads 1 --limit
+        --const xMax=12,yMax=12,slickness=0.1 --runs ray1:distributed,ray2:distributed,ray1:distributed,ray2:distributed \
+        --threads 1 --limit --no-bandwidth --json benchmarks/distributed_check_w2.json
 """
 
 from __future__ import annotations
