@@ -279,8 +279,10 @@ def test_ray_distributed_check_on_avoid(local_ray: None, prop: str) -> None:
             r = verify(SHARED_MODELS / "avoid.prism", prop, workers=w, checker="distributed", **kw)
         assert abs(r.result - native.result) <= 1e-12  # type: ignore[union-attr, operator]
         stats = r.worker_stats  # type: ignore[union-attr]
-        assert all(ws["check_bytes_sent"] > 0 and (ws["check_bytes_shm"] > 0) == shm for ws in stats), (w, shm)
-    assert not [n for n in os.listdir(SHM_DIR) if n.startswith("distmc-")]  # every name removed
+        expect = shm and os.path.isdir(SHM_DIR)  # a machine without /dev/shm sends through Ray
+        assert all(ws["check_bytes_sent"] > 0 and (ws["check_bytes_shm"] > 0) == expect for ws in stats), (w, shm)
+    if os.path.isdir(SHM_DIR):
+        assert not [n for n in os.listdir(SHM_DIR) if n.startswith("distmc-")]  # every name removed
 
 
 def test_cli_distributed_report(local_ray: None, tmp_path: Path) -> None:
