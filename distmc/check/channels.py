@@ -18,8 +18,8 @@ workers (7 MB a step) the call cost the sender 5-7 ms a step where the copy itse
   them then) or when its check ends; a mapping outlives its name, so nothing is left in ``/dev/shm``.
 
 Peers on other nodes, a node whose ``/dev/shm`` is missing or short of room (Ray's object store lives there too),
-and a driver run with ``DISTMC_SHM=0`` in its environment use the Ray call as before. The values are the same either way (the bytes are copied, not
-computed); ``tests/test_distributed_checker.py`` runs both.
+and a driver run with ``DISTMC_SHM=0`` in its environment use the Ray call as before. The values are the same
+either way (the bytes are copied, not computed); ``tests/test_distributed_checker.py`` runs both.
 """
 
 from __future__ import annotations

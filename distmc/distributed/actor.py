@@ -149,6 +149,7 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         self.written = (0, 0)  # with keep_rows and a checkpoint: rows and flags already in the level files
         self.part: Any = None  # this worker's part of the induced DTMC for the distributed check
         self.peers: list[Any] = []
+        self.channels = None  # made by check_connect
         self.status = ""
         self.prio_rank = None  # a priority run's rank (PriorityWorker.prio_start), else None
         # the box front end's expander (distmc.abstract) runs no policy
@@ -415,11 +416,8 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         for rows, bg, uid in self.pending:
             transitions += int(uid.shape[0])
             if noting:
-                target = gid_of[uid]
-                self.prio_note(start, rows, bg, target, self.uowner[uid])
-                self._keep(bg, rows, target)
-            else:  # the targets' global ids looked up in the merge's pass (uid, this batch's alone, is overwritten)
-                self._keep(bg, rows, uid, gid_of)
+                self.prio_note(start, rows, bg, gid_of[uid], self.uowner[uid])
+            self._keep(bg, rows, uid, gid_of)  # the targets' ids looked up in the merge's pass (uid is overwritten)
             start += int(bg.shape[0])
         self.pending = []
         self.stats["store_s"] += time.perf_counter() - t

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from distmc._internal.jit import thread_settings
+from distmc.check.channels import Channels, open_channels
 from distmc.distributed.exchange import compact_rows, owner_of
 from distmc.errors import UsageError
 from distmc.explore.contracts import KeyCodec, WorkerParts
@@ -50,6 +51,7 @@ class WorkerCheck:
     clock0: tuple[float, float]
     part: Any  # this worker's WorkerPart, once built
     peers: list[Any]
+    channels: Channels | None  # this check's shared-memory channels to the same-node peers (check_connect)
     status: str
 
     def load_rows(self, directory: str, level: int, owner_by_gid: np.ndarray) -> None:
@@ -176,8 +178,6 @@ class WorkerCheck:
         ``shm``: (a file prefix unique to this check, every worker's node): this worker's shared-memory channels to
         the peers on its node are made now (:mod:`distmc.check.channels`), before any worker starts the check.
         """
-        from distmc.check.channels import open_channels
-
         part = self.part
         part.serve(list(asked))
         self.peers = peers
@@ -266,9 +266,8 @@ class WorkerCheck:
         return self.status
 
     def _unlink_channels(self) -> None:
-        channels = self.__dict__.get("channels")
-        if channels is not None:
-            channels.unlink()
+        if self.channels is not None:
+            self.channels.unlink()
 
     def check_abort(self, why: str) -> None:
         """Stop a running check that waits for a peer (the run failed elsewhere)."""
