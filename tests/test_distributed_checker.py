@@ -256,7 +256,7 @@ def test_ray_distributed_check_matches_storm_and_native(local_ray: None, model: 
                                                         kw: dict[str, str]) -> None:
     storm = verify(model, prop, constants=constants, checker="storm", **kw)
     native = verify(model, prop, constants=constants, checker="native", **kw)
-    for w in (2, 3):
+    for w in (1, 2, 3):
         r = verify(model, prop, constants=constants, workers=w, checker="distributed", **kw)
         assert r.checker == "distributed" and r.driver == "ray"  # type: ignore[union-attr]
         assert (r.states, r.transitions) == (storm.states, storm.transitions)  # type: ignore[union-attr]
