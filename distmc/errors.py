@@ -8,6 +8,7 @@ original exception chained, never swallowed.
 from __future__ import annotations
 
 __all__ = [
+    "CheckerProcessError",
     "CheckpointError",
     "DistmcError",
     "Interrupted",
@@ -96,6 +97,10 @@ class ResourceLimitError(DistmcError):
 
     def __reduce__(self) -> tuple[object, ...]:  # keeps ``partial`` when it crosses a process (Ray)
         return (type(self), (str(self), self.partial))
+
+
+class CheckerProcessError(DistmcError):
+    """A checker's child process (the ``--exact`` check) ended without an answer: it was killed or crashed."""
 
 
 class WorkerError(DistmcError):

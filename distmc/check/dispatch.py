@@ -25,7 +25,14 @@ from distmc.assemble.storm import to_storm
 from distmc.check.checker import EXACT_MAX_TRANSITIONS, check
 from distmc.check.properties import PropertySet, PropertySpec
 from distmc.check.result import VALUE_FILTERS, CheckResult, Precision, decide, summarise, widen
-from distmc.errors import DistmcError, PropertyError, ResourceLimitError, SlowConvergenceError, UsageError
+from distmc.errors import (
+    CheckerProcessError,
+    DistmcError,
+    PropertyError,
+    ResourceLimitError,
+    SlowConvergenceError,
+    UsageError,
+)
 from distmc.model.packing import StateCodec
 
 __all__ = ["EXACT_TIMEOUT_S", "SLOW_NOTE", "check_native_result", "check_properties", "single_property_states",
@@ -112,7 +119,7 @@ def _forked(fn: Callable[[], Any], timeout_s: float, partial: dict[str, Any]) ->
         try:
             payload = pickle.dumps(("ok", fn()))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
-            payload = pickle.dumps(("error", exc if isinstance(exc, DistmcError) else DistmcError(str(exc))))
+            payload = pickle.dumps(("error", exc if isinstance(exc, DistmcError) else CheckerProcessError(str(exc))))
         with os.fdopen(w, "wb") as out:
             out.write(payload)
         os._exit(0)
@@ -135,7 +142,7 @@ def _forked(fn: Callable[[], Any], timeout_s: float, partial: dict[str, Any]) ->
             chunks.append(data)
     os.waitpid(pid, 0)
     if not chunks:
-        raise DistmcError("--exact: the exact check ended without an answer (its process was killed)")
+        raise CheckerProcessError("--exact: the exact check ended without an answer (its process was killed)")
     kind, value = pickle.loads(b"".join(chunks))
     if kind == "error":
         raise value
