@@ -42,7 +42,9 @@ import numpy as np
 
 from distmc.assemble.reducer import label_states
 from distmc.check.channels import Channels, Mailbox
+from distmc.check.gauss_seidel import row_gamma
 from distmc.check.kernels import ChunkedCSR, expand_probabilities, prob_nbytes, reach_back_from
+from distmc.check.level_exchange import LevelExchange
 from distmc.errors import PropertyError, ResourceLimitError
 from distmc.explore.limits import LimitCheck
 from distmc.explore.visited import VisitedSet
@@ -319,30 +321,33 @@ class WorkerEngine:
         self.limits = limits
         self._progress = progress
         self.step = 0
+        self._levels: LevelExchange | None = None  # the update order of sound value iteration (on its first pass)
         self.stats = {"check_compute_s": 0.0, "check_exchange_s": 0.0, "check_wait_s": 0.0, "check_bytes_sent": 0,
                       "check_bytes_shm": 0, "check_messages": 0, "check_rounds": 0}
 
     # -- messages -------------------------------------------------------------------------------------------------
 
-    def _send(self, kind: str, pieces: list[Any]) -> None:
-        """Send ``pieces[p]`` to every peer ``p`` (not to itself) under this step's key."""
+    def send_to(self, kind: str, pieces: list[Any]) -> None:
+        """Send ``pieces[p]`` to every peer ``p`` whose piece is not None (:class:`~distmc.check.level_exchange.Peers`)."""
         t = time.perf_counter()
-        rank = self.part.rank
         for p, peer in enumerate(self.peers):
-            if p != rank:
-                payload = pieces[p]
-                peer.deliver.options(concurrency_group="mail").remote((kind, self.step, rank), payload)
-                self.stats["check_bytes_sent"] += int(getattr(payload, "nbytes", 0))
+            if p != self.part.rank and pieces[p] is not None:
+                peer.deliver.options(concurrency_group="mail").remote((kind, self.step, self.part.rank), pieces[p])
+                self.stats["check_bytes_sent"] += int(getattr(pieces[p], "nbytes", 0))
                 self.stats["check_messages"] += 1
         self.stats["check_exchange_s"] += time.perf_counter() - t
 
-    def _receive(self, kind: str) -> list[Any]:
-        """Every peer's piece of this step (None for itself), then the next step."""
+    def receive_from(self, kind: str, owners: list[bool]) -> list[Any]:
+        """This step's pieces from the ``owners`` marked (None for the others), then the next step."""
         t = time.perf_counter()
-        rank = self.part.rank
-        out = [None if o == rank else self.mailbox.take((kind, self.step, o)) for o in range(self.part.workers)]
+        out = [self.mailbox.take((kind, self.step, o)) if owners[o] else None for o in range(self.part.workers)]
         self.stats["check_wait_s"] += time.perf_counter() - t
         self.step += 1
+        return out
+
+    def _receive(self, kind: str) -> list[Any]:
+        """Every peer's piece of this step (None for itself), then the next step."""
+        out = self.receive_from(kind, [o != self.part.rank for o in range(self.part.workers)])
         if self.channels is not None:  # every peer has sent a message: it has mapped this worker's files
             self.channels.unlink()
         return out
@@ -365,7 +370,7 @@ class WorkerEngine:
                     self.stats["check_bytes_sent"] += nbytes
                 pieces[p] = note if note is not None else np.stack([v[part.send[p]] for v in own])
         self.stats["check_exchange_s"] += time.perf_counter() - t
-        self._send("v", pieces)
+        self.send_to("v", pieces)
         got = self._receive("v")
         t = time.perf_counter()
         for o, piece in enumerate(got):
@@ -394,12 +399,18 @@ class WorkerEngine:
         self.stats["check_compute_s"] += time.perf_counter() - t
         self._refresh([out])
 
-    def sweep2(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
-               hi_out: np.ndarray) -> None:
-        t = time.perf_counter()
-        self.part.matrix.sweep2(lo, add, hi, active, lo_out, hi_out)
-        self.stats["check_compute_s"] += time.perf_counter() - t
-        self._refresh([lo_out, hi_out])
+    def sweep3(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray,
+               g: float) -> None:
+        if self._levels is None:
+            part = self.part
+            self._levels = LevelExchange(self, part.matrix, part.initial, part.send, part.recv_off, part.rank)
+        self._levels.sweep(lo, add, hi, w, active, g, self._computed)
+
+    def _computed(self, seconds: float) -> None:
+        self.stats["check_compute_s"] += seconds
+
+    def row_gamma(self) -> float:
+        return row_gamma(self.part.matrix)
 
     def reach_back(self, start: np.ndarray, through: np.ndarray) -> np.ndarray:
         part, n = self.part, self.n
@@ -411,7 +422,7 @@ class WorkerEngine:
         # the copies of the start states, then rounds: search locally, send the boundary states newly marked
         seeds = np.flatnonzero(start)
         if part.workers > 1:
-            self._send("s", [None if p == part.rank else np.flatnonzero(start[part.send[p]])
+            self.send_to("s", [None if p == part.rank else np.flatnonzero(start[part.send[p]])
                              for p in range(part.workers)])
             seeds = np.concatenate([seeds, self._marked(seen, self._receive("s"))])
         while True:
@@ -423,7 +434,7 @@ class WorkerEngine:
                 break
             mark = np.zeros(n, dtype=bool)
             mark[newly] = True
-            self._send("b", [None if p == part.rank else np.flatnonzero(mark[part.send[p]])
+            self.send_to("b", [None if p == part.rank else np.flatnonzero(mark[part.send[p]])
                              for p in range(part.workers)])
             seeds = self._marked(seen, self._receive("b"))
             if self.allmax(np.array([float(seeds.shape[0])]))[0] == 0:
@@ -445,7 +456,7 @@ class WorkerEngine:
     def allmax(self, values: np.ndarray) -> np.ndarray:
         if self.part.workers == 1:
             return values
-        self._send("m", [values] * self.part.workers)
+        self.send_to("m", [values] * self.part.workers)
         got = self._receive("m")
         got[self.part.rank] = values
         return np.maximum.reduce(np.stack(got))  # the same on every worker: every worker reduces in rank order

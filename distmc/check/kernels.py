@@ -53,36 +53,6 @@ def _sweep(row_offsets, first_row, chunk_base, t_list, p_list, i_list, x, add, a
                     out[r] = fixed[r]
 
 
-@nb.njit(cache=True, nogil=True, parallel=True)
-def _sweep2(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, active, lo_out,
-            hi_out):  # pragma: no cover
-    # _sweep for two vectors in one pass over the matrix (``add`` to the first only; fixed rows keep their value).
-    for c in range(len(t_list)):
-        t = t_list[c]
-        p = p_list[c]
-        ix = i_list[c]
-        b = chunk_base[c]
-        compact = ix.shape[0] > 0
-        for r in nb.prange(first_row[c], first_row[c + 1]):
-            if active[r]:
-                a_lo = 0.0
-                a_hi = 0.0
-                if compact:
-                    for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
-                        q = p[ix[j]]
-                        a_lo += q * lo[t[j]]
-                        a_hi += q * hi[t[j]]
-                else:
-                    for j in range(row_offsets[r] - b, row_offsets[r + 1] - b):
-                        a_lo += p[j] * lo[t[j]]
-                        a_hi += p[j] * hi[t[j]]
-                lo_out[r] = add[r] + a_lo
-                hi_out[r] = a_hi
-            else:
-                lo_out[r] = lo[r]
-                hi_out[r] = hi[r]
-
-
 @nb.njit(cache=True, nogil=True)
 def _distinct(bits, limit, table_bits, idx):  # pragma: no cover - compiled
     # Number the distinct values of `bits` (float64 bit patterns) by first occurrence into idx; -1 past `limit`.
@@ -264,12 +234,6 @@ class ChunkedCSR:
         """``out[r] = add[r] + P[r] . x`` on the active rows, ``fixed[r]`` on the others (``x`` is ``[C]``)."""
         _sweep(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, self.i_list, x, add, active,
                fixed, out)
-
-    def sweep2(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
-               hi_out: np.ndarray) -> None:
-        """:meth:`sweep` of two vectors in one pass (``add`` to ``lo`` only; inactive rows keep their values)."""
-        _sweep2(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, self.i_list, lo, add, hi,
-                active, lo_out, hi_out)
 
     def transpose(self) -> tuple[np.ndarray, np.ndarray]:
         """Predecessor lists: ``sources[in_off[c]:in_off[c + 1]]`` are the rows with a branch to column ``c``.

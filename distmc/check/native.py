@@ -33,10 +33,7 @@ order, so the result does not depend on the thread count.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
@@ -50,62 +47,26 @@ from distmc.check.forms import (
     step_recurrence,
     unsupported,
 )
+from distmc.check.gauss_seidel import Blocks, level_blocks, levels, row_gamma
 from distmc.check.kernels import ChunkedCSR, reach_back_from
 from distmc.check.properties import PropertySpec
 from distmc.check.result import DEFAULT_PRECISION, Precision
-from distmc.errors import PropertyError, SlowConvergenceError
+from distmc.check.svi import EVERY, Engine, Stop, sound
+from distmc.errors import PropertyError
 
 __all__ = ["Engine", "LocalEngine", "Stop", "at_initial", "check_native", "matrix_of", "native_values", "values_of"]
-
-class Engine(Protocol):
-    """The collective operations the checks below are written against (one per worker, the same calls on all).
-
-    Vectors are "extended": ``[C]`` with the caller's ``n`` own states first (its rows), then, for a worker of
-    the distributed checker, copies of the other workers' states its rows point to; the checks only read and write
-    the first ``n`` entries. :class:`LocalEngine` is the native checker (``C = n``, nothing to exchange);
-    :class:`distmc.check.distributed.WorkerEngine` is one worker of the distributed one.
-    """
-
-    n: int
-    workers: int  # the number of engines checking together (1: the native checker)
-
-    def vector(self, own: np.ndarray) -> np.ndarray:
-        """A new ``[C]`` float64 vector with ``own`` (``[n]``) first and the peers' values of it after."""
-        ...
-
-    def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
-        """``out[:n] = add + P x`` on the active rows (``fixed`` elsewhere); then ``out``'s copies refreshed."""
-        ...
-
-    def sweep2(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
-               hi_out: np.ndarray) -> None:
-        """:meth:`sweep` of two vectors in one pass over the rows."""
-        ...
-
-    def reach_back(self, start: np.ndarray, through: np.ndarray) -> np.ndarray:
-        """``[n]`` bool: own states that reach a ``start`` state (anywhere) along ``through`` states."""
-        ...
-
-    def allmax(self, values: np.ndarray) -> np.ndarray:
-        """The element-wise maximum of every worker's ``values`` (a few numbers)."""
-        ...
-
-    def check_limits(self) -> None:
-        """Raise :class:`~distmc.errors.ResourceLimitError` when a time or memory limit is passed."""
-        ...
-
-    def progress(self, what: str) -> None:
-        """Report a step of the check (e.g. ``"iteration 41/100"``)."""
-        ...
-
 
 class LocalEngine:
     """The native checker's engine: the whole matrix in this process, nothing to exchange."""
 
-    def __init__(self, matrix: ChunkedCSR, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(self, matrix: ChunkedCSR, progress: Callable[[str], None] | None = None,
+                 initial: np.ndarray | None = None) -> None:
         self.a = matrix
         self.n = matrix.n
         self.workers = 1
+        #: where the breadth-first levels of the update order start (default: state 0)
+        self._initial = np.zeros(min(self.n, 1), dtype=np.int64) if initial is None else initial
+        self._blocks: Blocks | None = None
         self._progress = progress
 
     def vector(self, own: np.ndarray) -> np.ndarray:
@@ -114,9 +75,15 @@ class LocalEngine:
     def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
         self.a.sweep(x, add, active, fixed, out)
 
-    def sweep2(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, active: np.ndarray, lo_out: np.ndarray,
-               hi_out: np.ndarray) -> None:
-        self.a.sweep2(lo, add, hi, active, lo_out, hi_out)
+    def sweep3(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray,
+               g: float) -> None:
+        if self._blocks is None:
+            level = levels(self.a, self._initial)
+            self._blocks = level_blocks(level, int(level.max(initial=0)))
+        self._blocks.sweep(self.a, lo, add, hi, w, active, g)
+
+    def row_gamma(self) -> float:
+        return row_gamma(self.a)
 
     def reach_back(self, start: np.ndarray, through: np.ndarray) -> np.ndarray:
         in_off, sources = self.a.transpose()
@@ -140,10 +107,6 @@ def matrix_of(m: InducedModel) -> ChunkedCSR:
     return ChunkedCSR(m.row_offsets, m.target_chunks, m.prob_chunks, m.n_states)
 
 
-#: Report the iteration every this many steps.
-_EVERY = 10
-
-
 def _steps(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, k: int) -> np.ndarray:
     """``k`` Jacobi steps ``x <- add + P x`` on the active rows (the others held at ``fixed``); ``[n]``."""
     x = e.vector(x)
@@ -151,7 +114,7 @@ def _steps(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed:
     for i in range(k):
         e.sweep(x, add, active, fixed, y)
         x, y = y, x
-        if i % _EVERY == 0 or i == k - 1:
+        if i % EVERY == 0 or i == k - 1:
             e.check_limits()
             e.progress(f"checking: step {i + 1}/{k}")
     return x[: e.n]
@@ -164,126 +127,6 @@ def _graph(e: Engine, phi1: np.ndarray, phi2: np.ndarray) -> tuple[np.ndarray, n
     # prob1 = states that cannot reach a prob0 state while staying in greater0 & !phi2 (Storm's performProb1)
     prob1 = ~e.reach_back(~greater0, greater0 & ~phi2)
     return greater0, prob1
-
-
-#: The slow-convergence test runs every :data:`_RATE_WINDOW` iterations. An undecided probability that still rounds
-#: to 1 after that many iterations (and more than there are states) means fewer than 1e-16 of the paths leave per
-#: window: over 1e19 iterations. The prediction from the gap's rate starts after :data:`_SLOW_AFTER` iterations
-#: (every model of the project's benchmarks converged in fewer).
-_SLOW_AFTER = 10_000
-_RATE_WINDOW = 1_000
-
-
-def _slow(e: Engine, i: int, width: float, allowed: float, before: float | None, max_iterations: int) -> str | None:
-    """Why the iteration will not reach the precision within ``max_iterations`` (None: it may).
-
-    ``width``: the widest bound gap at the relevant states now, ``before``: :data:`_RATE_WINDOW` iterations ago
-    (None: undefined then, every undecided probability still rounded to 1). The gap shrinks geometrically once
-    every state can leave the undecided ones; its rate over the window predicts the iterations still needed.
-    """
-    if math.isfinite(width) and width <= allowed:
-        return None
-    if not math.isfinite(width):  # no bounds yet: some undecided probability still rounds to 1
-        total = e.allmax(np.array([float(e.n)]))[0] * e.workers  # at least the number of states
-        if i < total:
-            return None  # a path may still be longer than i steps
-        return (f"after {i:,} iterations some state's probability of staying undecided still rounds to 1 (it "
-                f"leaves with probability below 1e-16 per {i:,} steps)")
-    if before is None or i < _SLOW_AFTER:
-        return None
-    rate = (width / before) ** (1.0 / _RATE_WINDOW) if before > 0 else 0.0
-    if rate >= 1.0:
-        return f"after {i:,} iterations the bound gap ({width:.2g}) no longer shrinks"
-    needed = math.log(allowed / width) / math.log(rate) if allowed > 0 else math.inf
-    if i + needed <= max_iterations:
-        return None
-    return (f"after {i:,} iterations the bound gap is {width:.2g} and shrinks by a factor of {1 - rate:.2g} a step: "
-            f"about {needed:.2g} more iterations would be needed")
-
-
-def _sound(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, stop: Stop,
-           max_iterations: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The fixpoint of ``x = add + P x`` on the active rows (others fixed at ``x``), by sound value iteration.
-
-    Quatmann and Katoen (CAV 2018), Storm's SOUND_VALUE_ITERATION for DTMCs: after k steps ``x(s)`` is what was
-    collected within k steps (probability of reaching the fixed states with value 1, or reward) and ``y(s)`` the
-    probability of still being among the active states. The value is ``x + y * (the value where those paths
-    stand)``, and once every ``y < 1`` it lies in ``x + y * [L, U]`` with L, U the least and greatest
-    ``x / (1 - y)`` over the active states (bounds on every active state's value, so the best ones seen so far
-    stay valid: L only grows, U only shrinks). Needs every active state to leave the active states with
-    probability 1. It stops when the bounds at the relevant states meet ``stop.precision``'s rule
-    (:meth:`~distmc.check.result.Precision.excess`), and raises
-    :class:`~distmc.errors.SlowConvergenceError` when the bound gap shrinks too slowly to get there within
-    ``max_iterations`` (:func:`_slow`). Returns the midpoint and the lower and upper bounds, ``[n]`` each (equal
-    outside the active states).
-    """
-    live = np.flatnonzero(active)
-    rel = np.flatnonzero(active & stop.relevant)
-    x = e.vector(x)
-    y = e.vector(active.astype(np.float64))
-    x2, y2 = np.empty_like(x), np.empty_like(y)
-    if e.allmax(np.array([float(live.size)]))[0] == 0:
-        own = x[: e.n]
-        return own, own, own
-    lo, hi = -np.inf, np.inf  # the best bounds L, U seen so far
-    before: float | None = None  # the relevant gap _RATE_WINDOW iterations ago
-    width = np.inf
-    for i in range(max_iterations):
-        e.sweep2(x, add, y, active, x2, y2)
-        x, x2, y, y2 = x2, x, y2, y
-        ym = y[live]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = x[live] / (1.0 - ym)
-        # the relevant states' bounds with the L, U known so far (still valid), tested against the rule
-        xr, yr = x[rel], y[rel]
-        if math.isfinite(hi - lo):
-            over = stop.precision.excess(xr + yr * lo, xr + yr * hi)
-            if stop.everywhere is not None:  # every state's bounds to an absolute precision too
-                over = max(over, stop.everywhere.excess(x[live] + ym * lo, x[live] + ym * hi))
-            w = float((yr * (hi - lo)).max(initial=0.0))
-            allowed = stop.precision.target(xr + yr * lo, xr + yr * hi)
-            least = float(allowed.min(initial=np.inf))
-        else:
-            over, w, least = np.inf, np.inf, np.inf
-        # one reduction a step: the largest y, the least and the greatest ratio (as maxima), the rule's excess, the
-        # widest relevant gap and the least width allowed
-        ymax, neg_lo, new_hi, over, width, neg_least = e.allmax(np.array([
-            ym.max(initial=-np.inf), -ratio.min(initial=np.inf), ratio.max(initial=-np.inf), over, w, -least]))
-        if over <= 0:
-            mid, lower, upper = (x[: e.n].copy() for _ in range(3))
-            if math.isfinite(hi - lo):  # else no relevant state is undecided: the others' values are not asked
-                mid[live] += ym * (lo + hi) / 2
-                lower[live] += ym * lo
-                upper[live] += ym * hi
-            return mid, lower, upper
-        if ymax < 1.0:
-            lo, hi = max(lo, -neg_lo), min(hi, new_hi)
-        if i % _EVERY == 0:
-            e.check_limits()
-            if math.isfinite(width):
-                e.progress(f"sound value iteration: gap {width:.1e}")
-        if i >= _RATE_WINDOW and i % _RATE_WINDOW == 0:
-            why = _slow(e, i, width, -neg_least, before, max_iterations)
-            if why is not None:
-                raise SlowConvergenceError(f"value iteration converges too slowly on this model: {why}")
-            before = width if math.isfinite(width) else None
-    raise SlowConvergenceError(
-        f"value iteration converges too slowly on this model: it did not meet the precision ({stop.precision.describe()}) "
-        f"in {max_iterations:,} iterations (bound gap {width:.3g})"
-    )
-
-
-@dataclass(frozen=True)
-class Stop:
-    """When sound value iteration stops.
-
-    The bounds at the ``relevant`` states (``[n]`` bool) meet ``precision``, and, unless None, every state's
-    meet ``everywhere`` (an absolute precision).
-    """
-
-    precision: Precision
-    relevant: np.ndarray
-    everywhere: Precision | None = None
 
 
 Values = tuple[np.ndarray, np.ndarray, np.ndarray]  # ([n] value, [n] lower bound, [n] upper bound)
@@ -322,7 +165,7 @@ def _probability(e: Engine, m: Labelled, spec: PropertySpec, precision: Stop, ma
     left, right, _ = path_of(spec)
     phi1, phi2 = states_of(left, m), states_of(right, m)
     greater0, prob1 = _graph(e, phi1, phi2)
-    return _sound(e, prob1.astype(np.float64), np.zeros(m.n_states), greater0 & ~prob1, precision, max_iterations)
+    return sound(e, prob1.astype(np.float64), np.zeros(m.n_states), greater0 & ~prob1, precision, max_iterations)
 
 
 def _reward(e: Engine, m: Labelled, spec: PropertySpec, precision: Stop, max_iterations: int) -> Values:
@@ -333,7 +176,7 @@ def _reward(e: Engine, m: Labelled, spec: PropertySpec, precision: Stop, max_ite
     target = states_of(sub.subformula, m)
     _, prob1 = _graph(e, every, target)
     active = prob1 & ~target  # Storm: infinite where the target is reached with probability < 1, 0 on it
-    out = _sound(e, np.zeros(n), np.where(active, total, 0.0), active, precision, max_iterations)
+    out = sound(e, np.zeros(n), np.where(active, total, 0.0), active, precision, max_iterations)
     for v in out:
         v[~prob1] = np.inf
     return out
@@ -363,4 +206,4 @@ def native_values(m: InducedModel, spec: PropertySpec, precision: Precision | fl
     why = unsupported(spec, m.kind)
     if why is not None:
         raise PropertyError(f"the native checker cannot check '{spec.text}': {why}")
-    return values_of(LocalEngine(matrix_of(m), progress), m, spec, precision, max_iterations)
+    return values_of(LocalEngine(matrix_of(m), progress, m.initial), m, spec, precision, max_iterations)

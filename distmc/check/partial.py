@@ -278,7 +278,7 @@ def frontier_probability(m: InducedModel, frontier: np.ndarray, storm_model: Any
 
         labelled = dataclasses.replace(m, labels={**m.labels, FRONTIER_LABEL: frontier})
         try:
-            vec = values_of(LocalEngine(matrix_of(m)), labelled, spec, p.eps, REACH_MAX_ITERATIONS)[0]
+            vec = values_of(LocalEngine(matrix_of(m), None, m.initial), labelled, spec, p.eps, REACH_MAX_ITERATIONS)[0]
         except PropertyError:  # not converged: the report says so (None), the bounds do not need it
             return None
         return at_initial(vec, m.initial)

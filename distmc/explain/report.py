@@ -72,7 +72,7 @@ class Explain:
         """
         if used == "native":
             clock.start("checking", "distmc's native value iteration")
-            self.vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail), induced, spec)[0]}
+            self.vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail, induced.initial), induced, spec)[0]}
             value = at_initial(self.vectors["value"], induced.initial)
         else:
             clock.start("handing to Storm")
