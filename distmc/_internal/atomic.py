@@ -28,7 +28,16 @@ from typing import Any
 
 from distmc.errors import StorageError
 
-__all__ = ["TEMP_MARK", "atomic_path", "checkpoint_note", "is_temp", "save_figure", "storage_error", "write_bytes", "write_text"]
+__all__ = [
+    "TEMP_MARK",
+    "atomic_path",
+    "checkpoint_note",
+    "is_temp",
+    "save_figure",
+    "storage_error",
+    "write_bytes",
+    "write_text",
+]
 
 #: What every temporary file's name holds (after its leading dot and the target's name).
 TEMP_MARK = ".tmp-"
@@ -53,8 +62,10 @@ def checkpoint_note(directory: str | Path, kept: str | None) -> str:
     """The ``note`` of a failed checkpoint write: what is ``kept`` in ``directory`` (None: nothing yet), how to go on."""
     if kept is None:
         return f"nothing is checkpointed in {directory} yet: run again once the directory is writable and has room"
-    return (f"the last good checkpoint in {directory} ({kept}) is kept: continue with distmc run --resume "
-            f"{directory} once the directory is writable and has room")
+    return (
+        f"the last good checkpoint in {directory} ({kept}) is kept: continue with distmc run --resume "
+        f"{directory} once the directory is writable and has room"
+    )
 
 
 def _fsync(path: Path) -> None:
@@ -77,8 +88,14 @@ def _fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path, *, sync: bool = False, note: str = "", same_name: bool = False,
-                errors: tuple[type[BaseException], ...] = (OSError,)) -> Iterator[Path]:
+def atomic_path(
+    path: str | Path,
+    *,
+    sync: bool = False,
+    note: str = "",
+    same_name: bool = False,
+    errors: tuple[type[BaseException], ...] = (OSError,),
+) -> Iterator[Path]:
     """A temporary path to write ``path``'s new content at; renamed to ``path`` when the block ends without error.
 
     Args:

@@ -35,8 +35,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from distmc._internal.atomic import atomic_path, write_text
-
 #: Grid size the policy is trained for (``const int N`` of gridworld.prism).
 N = 6
 #: Slip probability of gridworld.prism.
@@ -135,6 +133,8 @@ def save_reproducible(net: torch.nn.Module, path: Path) -> None:
     TorchScript's debug records name the source file by its absolute path; they are rewritten with the
     repository-relative one (the archive's ``serialization_id`` is derived from the records, so it follows).
     """
+    from distmc._internal.atomic import atomic_path  # here, not above: the lines of forward are in the archive
+
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / path.name  # same file name: the archive's records are named after it
         torch.jit.script(net).save(str(raw))
@@ -154,6 +154,8 @@ def save_reproducible(net: torch.nn.Module, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Train and write ``gridworld_policy.pt`` (TorchScript) and ``gridworld_policy.json`` (interface)."""
+    from distmc._internal.atomic import write_text
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="output folder")
     args = p.parse_args(argv)
