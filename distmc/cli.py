@@ -17,8 +17,9 @@ import sys
 import traceback
 from pathlib import Path
 
+from distmc._internal.atomic import write_text
 from distmc._internal.subcommand import example_path, options_from_args
-from distmc.errors import DistmcError, ResourceLimitError
+from distmc.errors import DistmcError, ResourceLimitError, StorageError
 from distmc.options import VerifyOptions, export_suffix_error
 
 __all__ = ["main", "options_from_args"]
@@ -218,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         with LiveProgress(enabled=not args.quiet) as progress:
             report = verify(None if args.model is None else example_path(args.model),
                             "; ".join(texts) if texts else None, options, progress=progress, phases=progress.phase)
+        print(report.summary())  # type: ignore[union-attr]
+        if args.json_path:
+            write_text(args.json_path, report.to_json(), sync=True)  # type: ignore[union-attr]
     except KeyboardInterrupt:
         if args.debug:
             traceback.print_exc()
@@ -228,11 +232,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"distmc: error: {exc}", file=sys.stderr)
         if isinstance(exc, ResourceLimitError) and args.json_path and options is not None:
             partial = {"partial": True, "error": str(exc), **exc.partial, "options": options.to_dict()}
-            Path(args.json_path).write_text(json.dumps(partial, indent=2))
+            try:
+                write_text(args.json_path, json.dumps(partial, indent=2), sync=True)
+            except StorageError as again:  # the partial report's own file: its one line too
+                print(f"distmc: error: {again}", file=sys.stderr)
         return exc.exit_code
-    print(report.summary())  # type: ignore[union-attr]
-    if args.json_path:
-        Path(args.json_path).write_text(report.to_json())  # type: ignore[union-attr]
     return 0
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "PropertyError",
     "ResourceLimitError",
     "SlowConvergenceError",
+    "StorageError",
     "UnsupportedError",
     "UsageError",
     "WorkerError",
@@ -41,6 +42,16 @@ class UsageError(DistmcError):
 
 class CheckpointError(DistmcError):
     """A checkpoint cannot be written, read or resumed (taken, damaged, of another run, of an older format)."""
+
+
+class StorageError(DistmcError):
+    """A file cannot be written: the disk is full, or the directory is read-only or not writable.
+
+    The message names the path, the reason, and what was kept: the previous file, or the last good checkpoint.
+
+    Every file distmc writes is written atomically (:mod:`distmc._internal.atomic`), so a failed write changes
+    nothing on disk.
+    """
 
 
 class MissingDependencyError(DistmcError):

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distmc._internal.atomic import save_figure
 from distmc._internal.phases import PhaseClock
 from distmc.assemble.reducer import InducedModel
 from distmc.check.partial import horizon_of
@@ -45,8 +46,7 @@ def _plot_rounds(rounds: list[dict[str, Any]], path: str, order: str) -> None:
     ax.set_ylabel("width hi - lo")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def explore_in_rounds(o: VerifyOptions, parts: Parts, directory: Path | None, limits: Limits, clock: PhaseClock,

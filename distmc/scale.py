@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from distmc._internal.atomic import save_figure, write_text
 from distmc.errors import UsageError
 from distmc.options import VerifyOptions
 
@@ -228,8 +229,7 @@ def plot(s: Scaling, path: str | Path) -> None:
     ax[1].legend(fontsize=8)
     fig.suptitle(f"{Path(s.model).name} {s.constants or ''}: {s.states:,} states, {s.machine.get('cores')} cores")
     fig.tight_layout()
-    fig.savefig(str(path), dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def add_parser(sub: Any) -> None:
@@ -282,7 +282,7 @@ def _run(args: argparse.Namespace) -> int:
               options=options_from_args(args, skip=("workers", "plot")))  # --plot: the scaling PNG
     print(table(s))
     if args.json_path:
-        Path(args.json_path).write_text(s.to_json())
+        write_text(args.json_path, s.to_json(), sync=True)
     if args.plot:
         plot(s, args.plot)
     return 0 if s.same_value else 1

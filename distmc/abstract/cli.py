@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
+from distmc._internal.atomic import write_text
 from distmc.errors import DistmcError
 
 
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace) -> None:
     result = analyse(env, net, faults, options)
     print(summary(result, env, args.rows))
     if args.json_path:
-        Path(args.json_path).write_text(to_json(result, env))
+        write_text(args.json_path, to_json(result, env), sync=True)
     if args.plot:
         plot(result, env, args.plot)
     if result.inside is not None and not result.inside.all():

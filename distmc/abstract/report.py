@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.atomic import save_figure
 from distmc.abstract.envs import ContinuousEnv
 from distmc.abstract.refine import Analysis
 
@@ -143,5 +144,4 @@ def plot(a: Analysis, env: ContinuousEnv, path: str | Path, dims: tuple[int, int
         ax.set_title(f"{title}: boxes on their principal components\n(bubble area by volume) {note}")
         fig.colorbar(sc, ax=ax, label="upper bound on failure probability")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from distmc._internal.atomic import atomic_path
 from distmc.assemble.reducer import InducedModel
 
 __all__ = ["write_drn"]
@@ -58,7 +59,7 @@ def write_drn(m: InducedModel, path: str | Path) -> None:
     labels = [(_label(k), v) for k, v in m.labels.items() if k != "init"]
     targets, prob = m.targets, m.prob
     groups, offsets = m.row_groups, m.row_offsets
-    with open(path, "w") as f:
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
         f.write(f"// Exported by distmc\n@type: {'MDP' if m.kind == 'mdp' else 'DTMC'}\n@value_type: double\n"
                 f"@parameters\n\n@reward_models\n{' '.join(names)}\n@nr_states\n{n}\n@nr_choices\n{n_rows}\n@model\n")
         for s0 in range(0, n, BLOCK):

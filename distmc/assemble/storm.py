@@ -19,6 +19,7 @@ import numpy as np
 import stormpy
 from stormpy.developer import storage as sst
 
+from distmc._internal.atomic import atomic_path, storage_error
 from distmc._internal.stderr import storm_quiet
 from distmc.assemble.reducer import InducedModel
 from distmc.errors import UsageError
@@ -147,7 +148,11 @@ def to_storm_umb(m: InducedModel, release: bool = False, exact: bool = False) ->
     fd, tmp = tempfile.mkstemp(suffix=".umb")
     os.close(fd)
     try:
-        write_umb(m, tmp)
+        try:
+            write_umb(m, tmp)
+        except OSError as exc:
+            raise storage_error(tmp, exc, "the model goes to Storm through this temporary file: point TMPDIR at a "
+                                "directory with room") from exc
         if release:  # 16 B per transition less while Storm reads the archive and builds its own matrix
             m.target_chunks, m.prob_chunks = [], []
         options = sst.UmbImportOptions()
@@ -204,7 +209,8 @@ def export(m: InducedModel, path: str | Path) -> None:
 
     p = Path(path)
     if p.suffix == ".umb":
-        write_umb(m, p)
+        with atomic_path(p) as tmp:
+            write_umb(m, tmp)
     elif p.suffix == ".drn":
         write_drn(m, p)
     else:

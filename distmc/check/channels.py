@@ -15,7 +15,11 @@ workers (7 MB a step) the call cost the sender 5-7 ms a step where the copy itse
   peer's ``m + 1``-th, which the peer sends after it copied the ``m``-th out (every value exchange is all-to-all);
 * the files are made when the workers connect (all of them, before any check starts), mapped by the peers when
   their check starts, and their names removed by their maker once every peer has sent it a message (it has mapped
-  them then) or when its check ends; a mapping outlives its name, so nothing is left in ``/dev/shm``.
+  them then) or when its check ends; a mapping outlives its name, so nothing is left in ``/dev/shm``;
+* a worker that never gets so far (a check that fails before its first exchange, a worker killed in between)
+  leaves names behind only until the check ends: its :class:`Channels` remove their names when they are
+  collected or the process exits (``weakref.finalize``), and the driver, and each worker told to abort, remove
+  every name of the check's prefix on their node (:func:`remove_segments`).
 
 Peers on other nodes, a node whose ``/dev/shm`` is missing or short of room (Ray's object store lives there too),
 and a driver run with ``DISTMC_SHM=0`` in its environment use the Ray call as before. The values are the same
@@ -27,13 +31,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
 
 from distmc.errors import WorkerError
 
-__all__ = ["NVEC", "PEER_TIMEOUT_S", "SHM_DIR", "Channels", "Mailbox", "open_channels"]
+__all__ = ["NVEC", "PEER_TIMEOUT_S", "SHM_DIR", "Channels", "Mailbox", "open_channels", "remove_segments"]
 
 #: How long a worker waits for a peer's message before it gives up (a peer that is gone is seen by the driver
 #: first, which then ends every worker; this bounds a wait nobody ends).
@@ -96,6 +101,7 @@ class Channels:
         self.inp: list[np.memmap | None] = [None] * w
         self.turn = [0] * w  # blocks written to each peer so far (the half of the next: turn % 2)
         self.paths: list[str] = []
+        weakref.finalize(self, _unlink_all, self.paths)  # collected, or the process exits: the names go too
         try:
             for p, size in enumerate(send_sizes):
                 if p != rank and local[p] and size:
@@ -138,12 +144,36 @@ class Channels:
 
     def unlink(self) -> None:
         """Remove this worker's files' names (their maps stay valid); again: nothing."""
-        for path in self.paths:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-        self.paths = []
+        _unlink_all(self.paths)
+
+
+def _unlink_all(paths: list[str]) -> None:
+    """Remove the names in ``paths`` (gone already: nothing) and empty the list."""
+    while paths:
+        try:
+            os.unlink(paths.pop())
+        except FileNotFoundError:
+            pass
+
+
+def remove_segments(prefix: str) -> int:
+    """Remove every file of the check ``prefix`` left in this node's ``/dev/shm`` (its workers' channels); how many.
+
+    The driver calls it when a distributed check ends, and each worker when it is told to abort: names of a worker
+    that was killed before it removed them go too (a peer's map of a file stays valid after its name is gone).
+    """
+    try:
+        names = [n for n in os.listdir(SHM_DIR) if n.startswith(prefix + "-")]
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
 
 
 def open_channels(prefix: str | None, rank: int, send_sizes: list[int], recv_sizes: list[int],

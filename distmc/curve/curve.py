@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distmc._internal.atomic import save_figure
 from distmc.curve.engine import CurvePoint, SharedModel, checkpoint_step
 from distmc.errors import UsageError
 from distmc.options import VerifyOptions
@@ -148,7 +149,4 @@ def plot_curve(report: CurveReport, path: str | Path) -> Path:
     ax.patch.set_visible(False)
     ax.set_title(f"{Path(report.model).name}: {report.method} verification of {len(steps)} checkpoints")
     fig.tight_layout()
-    p = Path(path)
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p
+    return save_figure(fig, path, dpi=120)

@@ -6,12 +6,13 @@ bytes. The Ray driver's frontier exchange and the checkpoints (:mod:`distmc.dist
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from distmc._internal.atomic import atomic_path
 
 __all__ = ["keys_from_arrow", "keys_to_arrow", "read_table", "write_table"]
 
@@ -40,22 +41,24 @@ def keys_from_arrow(col: Any, key_dtype: np.dtype) -> np.ndarray:
     return raw.view(key_dtype).copy()
 
 
-def write_table(path: Path, columns: dict[str, Any]) -> int:
+def write_table(path: Path, columns: dict[str, Any], note: str = "") -> int:
     """Write ``columns`` (numpy arrays or Arrow arrays of one length) as an Arrow IPC file, atomically.
 
-    The file appears under its name only once it is complete (written to a temporary name, fsynced, renamed), so
-    a worker killed while writing leaves no truncated checkpoint behind. Returns the bytes written.
+    The file appears under its name only once it is complete (:func:`~distmc._internal.atomic.atomic_path`:
+    written to a temporary name, fsynced, renamed), so a worker killed while writing leaves no truncated
+    checkpoint behind. Returns the bytes written.
+
+    Raises:
+        StorageError: the file cannot be written (``note``: what was kept).
     """
     batch = pa.RecordBatch.from_arrays(
         [c if isinstance(c, pa.Array) else pa.array(c) for c in columns.values()], names=list(columns)
     )
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return int(path.stat().st_size)
+    with atomic_path(path, sync=True, note=note) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        size = int(tmp.stat().st_size)
+    return size
 
 
 def read_table(path: Path) -> pa.Table:

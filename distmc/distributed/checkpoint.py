@@ -11,9 +11,12 @@ on disk, not in the workers (the reducer reads them back at the end). Layout::
     DIR/level-DDDDD/trans-rR.arrow    target, prob: their transitions
     DIR/level-DDDDD/flags-rR.arrow    gid, loop, deadlock: the states worker R expanded in level D
 
-Every file is written under a temporary name and renamed when complete, and ``meta.json`` is replaced atomically
-after all workers have written a level, so a level is either committed whole or not at all; files of a level
-after the committed one (a run interrupted mid-level) are removed when the run resumes.
+Every file is written under a temporary name, fsynced and renamed when complete
+(:mod:`distmc._internal.atomic`), and ``meta.json`` is replaced atomically after all workers have written a level,
+so a level is either committed whole or not at all; files of a level after the committed one (a run interrupted
+mid-level) and temporary files are removed when the run resumes. A write that fails (a full disk, a read-only
+directory) ends the run with one line (:class:`~distmc.errors.StorageError`) that says the last good checkpoint
+is kept, and how to resume from it.
 
 The files do not depend on the number of workers (``R`` only names a file): states carry their global ids, and
 a run resumed with another number of workers hands each state to its new owner. A lost worker is replaced and the
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -34,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.atomic import checkpoint_note, storage_error, write_text
 from distmc.distributed.arrowio import keys_from_arrow, keys_to_arrow, read_table, write_table
 from distmc.errors import CheckpointError
 from distmc.explore.priority import PRIORITY_CHECKPOINT
@@ -87,12 +90,17 @@ def write_level(directory: str, level: int, rank: int, key_dtype: np.dtype, stat
         reward_names: the reward structures whose action rewards the rows carry.
     """
     d = _level_dir(Path(directory), level)
-    d.mkdir(parents=True, exist_ok=True)
+    note = checkpoint_note(directory, f"the levels committed before depth {level}" if level else None)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(d, exc, note) from exc
 
     def cat(chunks: list[np.ndarray], dtype: type) -> np.ndarray:
         return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype=dtype)
 
-    size = write_table(d / f"states-r{rank}.arrow", {"key": keys_to_arrow(states[0], key_dtype), "gid": states[1]})
+    size = write_table(d / f"states-r{rank}.arrow", {"key": keys_to_arrow(states[0], key_dtype), "gid": states[1]},
+                       note)
     cols: dict[str, Any] = {
         "state": cat([r[0] for r in rows], np.int64),
         "action": cat([r[1] for r in rows], np.int64),
@@ -100,12 +108,12 @@ def write_level(directory: str, level: int, rank: int, key_dtype: np.dtype, stat
     }
     for name in reward_names:
         cols[f"reward:{name}"] = cat([r[name] for r in rewards], np.float64)
-    size += write_table(d / f"rows-r{rank}.arrow", cols)
+    size += write_table(d / f"rows-r{rank}.arrow", cols, note)
     size += write_table(d / f"trans-r{rank}.arrow", {"target": cat([r[3] for r in rows], np.int64),
-                                                      "prob": cat([r[4] for r in rows], np.float64)})
+                                                      "prob": cat([r[4] for r in rows], np.float64)}, note)
     size += write_table(d / f"flags-r{rank}.arrow", {"gid": cat([f[0] for f in flags], np.int64),
                                                       "loop": cat([f[1] for f in flags], np.bool_),
-                                                      "deadlock": cat([f[2] for f in flags], np.bool_)})
+                                                      "deadlock": cat([f[2] for f in flags], np.bool_)}, note)
     return size
 
 
@@ -167,8 +175,8 @@ class Checkpoint:
             "policy_states": 0,
             "policy_calls": 0,
         }
-        ckpt = cls(d, meta)
-        ckpt._save()
+        ckpt = cls(d, {"level": -1})
+        ckpt._save(meta)
         return ckpt
 
     @classmethod
@@ -208,12 +216,12 @@ class Checkpoint:
     def key_dtype(self) -> np.dtype:
         return np.dtype(self.meta["key_dtype"])
 
-    def _save(self) -> None:
-        tmp = self.directory / "meta.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=1))
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, self.directory / "meta.json")
+    def _save(self, meta: dict[str, Any]) -> None:
+        """Replace ``meta.json`` by ``meta`` (atomically, fsynced); the kept metadata is ``meta`` once it is written."""
+        write_text(self.directory / "meta.json", json.dumps(meta, indent=1), sync=True,
+                   note=checkpoint_note(self.directory, f"the levels up to depth {self.level}" if self.level >= 0
+                                        else None))
+        self.meta = meta
 
     # -- writing -----------------------------------------------------------------------------------------------
 
@@ -224,17 +232,17 @@ class Checkpoint:
 
     def commit(self, level: int, states: int, transitions: int, policy_states: int, policy_calls: int) -> None:
         """Every worker has written ``level``: make it part of the checkpoint."""
-        self.meta.update(level=level, states=states, transitions=transitions, policy_states=policy_states,
-                         policy_calls=policy_calls)
-        self._save()
+        self._save({**self.meta, "level": level, "states": states, "transitions": transitions,
+                    "policy_states": policy_states, "policy_calls": policy_calls})
 
     def drop_uncommitted(self) -> None:
         """Remove the files of levels after the committed one (a run interrupted mid-level)."""
         for d in self.directory.glob("level-*"):
             if d.is_dir() and int(d.name.split("-")[1]) > self.level:
                 shutil.rmtree(d)
-        for f in self.directory.glob("level-*/*.tmp*"):
-            f.unlink()
+        for f in [*self.directory.glob("*.tmp*"), *self.directory.glob("level-*/*.tmp*")]:  # a write cut short
+            if f.is_file():
+                f.unlink()
 
     # -- reading -----------------------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
+from distmc.check.channels import remove_segments
 from distmc.check.checker import MAX_ITERATIONS
 from distmc.check.distributed import combine_checks
 from distmc.check.result import Precision
@@ -389,6 +390,7 @@ class _RayRun(WorkerPool, LevelStops):
         ray, actors, w = self.ray, self.actors, self.workers
         t0 = time.perf_counter()
         self.checking = True
+        shm: tuple[str, list[Any]] | None = None
         try:
             if frontier_first is not None:
                 self.get([a.close_frontier.remote(frontier_first) for a in actors])
@@ -416,7 +418,11 @@ class _RayRun(WorkerPool, LevelStops):
                         status = "checking"
                     progress({"phase": status, "elapsed_s": time.time() - self.start})
             results = self.get(refs)
-        except _WorkerLost as exc:
+        except BaseException as exc:
+            for a in actors:  # wake the workers that wait for a peer that stopped; they remove the check's files
+                a.check_abort.options(concurrency_group="mail").remote("another worker failed")
+            if not isinstance(exc, _WorkerLost):
+                raise
             raise WorkerError(
                 f"a worker was lost during the distributed check ({exc}); "
                 + (f"the exploration is saved in {self.ckpt.directory}: continue with --resume {self.ckpt.directory}"
@@ -424,10 +430,9 @@ class _RayRun(WorkerPool, LevelStops):
                    "the rows it held are lost with the run. Run again with --checkpoint-dir DIR: a run that loses a "
                    "worker during the check then continues with --resume DIR without exploring again")
             ) from None
-        except BaseException:
-            for a in actors:  # wake the workers that wait for a peer that stopped
-                a.check_abort.options(concurrency_group="mail").remote("another worker failed")
-            raise
+        finally:
+            if shm is not None:  # the names a killed worker left on this node (distmc.check.channels)
+                remove_segments(shm[0])
         t2 = time.perf_counter()
         out: dict[str, Any] = {"checks": combine_checks(results)}
         if values_dir is not None:  # the workers' candidates, ranked again: highest value, then smaller global id

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from distmc._internal.jit import thread_settings
-from distmc.check.channels import Channels, open_channels
+from distmc.check.channels import Channels, open_channels, remove_segments
 from distmc.distributed.exchange import compact_rows, owner_of
 from distmc.errors import UsageError
 from distmc.explore.contracts import KeyCodec, WorkerParts
@@ -270,8 +270,10 @@ class WorkerCheck:
             self.channels.unlink()
 
     def check_abort(self, why: str) -> None:
-        """Stop a running check that waits for a peer (the run failed elsewhere)."""
+        """Stop a running check that waits for a peer (the run failed elsewhere); the check's files on this node go."""
         self._unlink_channels()
+        if self.channels is not None:  # also those of a peer on this node killed before it removed them
+            remove_segments(self.channels.prefix)
         mailbox = self.__dict__.get("mailbox")
         if mailbox is not None:
             mailbox.close(why)

@@ -133,23 +133,29 @@ def save_reproducible(net: torch.nn.Module, path: Path) -> None:
     TorchScript's debug records name the source file by its absolute path; they are rewritten with the
     repository-relative one (the archive's ``serialization_id`` is derived from the records, so it follows).
     """
+    from distmc._internal.atomic import atomic_path  # here, not above: the lines of forward are in the archive
+
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / path.name  # same file name: the archive's records are named after it
         torch.jit.script(net).save(str(raw))
         reader = torch._C.PyTorchFileReader(str(raw))
-        writer = torch._C.PyTorchFileWriter(str(path))
-        for name in reader.get_all_records():
-            if name == ".data/serialization_id":
-                continue  # the writer adds its own
-            data = reader.get_record(name)
-            if name.endswith(".debug_pkl"):
-                data = _relative_sources(data)
-            writer.write_record(name, data, len(data))
-        writer.write_end_of_file()
+        with atomic_path(path, same_name=True, errors=(OSError, RuntimeError)) as out:
+            writer = torch._C.PyTorchFileWriter(str(out))
+            for name in reader.get_all_records():
+                if name == ".data/serialization_id":
+                    continue  # the writer adds its own
+                data = reader.get_record(name)
+                if name.endswith(".debug_pkl"):
+                    data = _relative_sources(data)
+                writer.write_record(name, data, len(data))
+            writer.write_end_of_file()
+            del writer  # the file closed before it is renamed
 
 
 def main(argv: list[str] | None = None) -> None:
     """Train and write ``gridworld_policy.pt`` (TorchScript) and ``gridworld_policy.json`` (interface)."""
+    from distmc._internal.atomic import write_text
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="output folder")
     args = p.parse_args(argv)
@@ -163,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     save_reproducible(net.eval(), args.out / "gridworld_policy.pt")
     interface = {"features": FEATURES, "actions": ACTIONS, "output": "probabilities"}
-    (args.out / "gridworld_policy.json").write_text(json.dumps(interface, indent=2) + "\n")
+    write_text(args.out / "gridworld_policy.json", json.dumps(interface, indent=2) + "\n")
     print(f"wrote {args.out / 'gridworld_policy.pt'} (agreement with the heuristic on all states: {accuracy:.1%})")
 
 

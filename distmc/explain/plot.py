@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.atomic import save_figure
 from distmc.errors import MissingDependencyError, UsageError
 from distmc.model.program import Model
 
@@ -110,7 +111,4 @@ def plot_values(path: str | Path, model: Model, states: np.ndarray, values: np.n
     which = "explored states" if include is None else "explored states not at the target"
     fig.suptitle(f"{title}\nvalue of the {which} by ({xv.name}, {yv.name}): {states.shape[0]} states in "
                  f"{int((count > 0).sum())} cells")
-    p = Path(path)
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    return p
+    return save_figure(fig, path, dpi=110)

@@ -16,6 +16,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
+from distmc._internal.atomic import atomic_path
 from distmc.assemble.reducer import InducedModel
 from distmc.check.native import matrix_of
 from distmc.errors import UsageError
@@ -109,9 +110,8 @@ def write_values(path: str | Path, columns: dict[str, np.ndarray]) -> Path:
     if p.parent != Path(""):
         p.parent.mkdir(parents=True, exist_ok=True)
     table = pa.table({k: pa.array(v) for k, v in columns.items()})
-    tmp = p.with_name(p.name + ".tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(p)  # a reader never sees half a file
+    with atomic_path(p) as tmp:  # a reader never sees half a file (pyarrow.dataset skips the hidden temporary one)
+        pq.write_table(table, tmp)
     return p
 
 

@@ -37,12 +37,12 @@ breadth-first order only.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from distmc._internal.atomic import atomic_path, checkpoint_note
 from distmc.explore.expander import Expander, policy_counters
 from distmc.explore.limits import LimitCheck
 from distmc.explore.partition import Explored
@@ -68,11 +68,15 @@ _UNSEEN_DEPTH = np.iinfo(np.int64).max
 
 
 def save_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
-    """A priority run's checkpoint (``.npz``), replaced atomically (:meth:`PriorityExplorer.save`)."""
+    """A priority run's checkpoint (``.npz``), replaced atomically and fsynced (:meth:`PriorityExplorer.save`).
+
+    Raises:
+        StorageError: the file cannot be written; the last round's file is kept.
+    """
     p = Path(path)
-    tmp = p.with_name(p.name + ".tmp.npz")
-    np.savez(tmp, **arrays)  # type: ignore[arg-type]
-    os.replace(tmp, p)
+    note = checkpoint_note(p.parent, "the last round's" if p.is_file() else None)
+    with atomic_path(p, sync=True, note=note) as tmp:
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
 
 
 def load_arrays(path: str | Path) -> dict[str, np.ndarray]:

@@ -34,6 +34,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("distmc.gym needs gymnasium: pip install 'distmc[rl]'") from exc
 
+from distmc._internal.atomic import write_text
 from distmc.errors import ModelError, PolicyError, UsageError
 from distmc.gym.dynamics import Dynamics, StateTable
 from distmc.model.program import Model, load_model
@@ -151,9 +152,7 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
             if output not in ("logits", "probabilities"):
                 raise PolicyError(f"output must be 'logits' or 'probabilities', not '{output}'")
             iface["output"] = output
-        p = Path(path)
-        p.write_text(json.dumps(iface, indent=2) + "\n")
-        return p
+        return write_text(path, json.dumps(iface, indent=2) + "\n")
 
     # -- gymnasium API ---------------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.atomic import atomic_path
 from distmc.errors import PolicyError
 from distmc.gym.env import PrismEnv
 
@@ -82,10 +83,12 @@ def export_policy(policy: Any, path: str | Path, env: PrismEnv, *, output: str |
             f"export_policy: the exported network does not reproduce the original (shape {tuple(got.shape)}, "
             f"expected (64, {env.action_space.n})); networks with data-dependent control flow cannot be exported"
         )
-    if format == "pt2":
-        torch.export.save(program, str(p))
-    else:
-        program.save(str(p))
+    # the archive is named after its file (same_name); torch's writers fail with a RuntimeError
+    with atomic_path(p, same_name=True, errors=(OSError, RuntimeError)) as tmp:
+        if format == "pt2":
+            torch.export.save(program, str(tmp))
+        else:
+            program.save(str(tmp))
     iface = env.save_interface(p.with_suffix(".json"), output=output)
     _check_float64(net, p, iface, env)
     return p, iface

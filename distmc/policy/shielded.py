@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.atomic import atomic_path, write_text
 from distmc.errors import PolicyError
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
@@ -96,8 +97,7 @@ def write_manifest(
         "shield": rel(shield),
         **about,
     }
-    p.write_text(json.dumps(data, indent=2) + "\n")
-    return p
+    return write_text(p, json.dumps(data, indent=2) + "\n")
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
@@ -203,7 +203,8 @@ class ShieldTable:
         for k, column in (extra or {}).items():
             cols[k] = pa.array(column)
         p = Path(path)
-        pq.write_table(pa.table(cols), p)
+        with atomic_path(p) as tmp:
+            pq.write_table(pa.table(cols), tmp)
         return p
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc._internal.atomic import atomic_path, write_text
 from distmc.errors import PropertyError, UsageError
 from distmc.explain.values import read_values
 from distmc.options import VerifyOptions
@@ -355,7 +356,8 @@ def shield(
         after = run(str(manifest), None)
         value_after = float(after.result)
     shield_path, policy_path = outdir / "shield.parquet", outdir / "shielded.json"
-    shutil.copyfile(work / f"shield-{r_best}.parquet", shield_path)
+    with atomic_path(shield_path) as tmp:
+        shutil.copyfile(work / f"shield-{r_best}.parquet", tmp)
     write_manifest(
         policy_path,
         opts.policy or "uniform",
@@ -421,7 +423,7 @@ def shield(
         policy_path=str(policy_path),
         unknown_branches=unknown,
     )
-    (outdir / "report.json").write_text(report.to_json())
+    write_text(outdir / "report.json", report.to_json(), sync=True)
     return report
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
+from distmc._internal.atomic import write_text
 from distmc._internal.subcommand import add_run_options, guarded
 
 __all__ = ["add_parser", "main"]
@@ -68,6 +68,6 @@ def main(args: argparse.Namespace) -> int:
         )
         print(report.summary())
         if args.json_path:
-            Path(args.json_path).write_text(report.to_json())
+            write_text(args.json_path, report.to_json(), sync=True)
 
     return guarded(args, body)
