@@ -64,6 +64,7 @@ def on_files(files: Files, config: dict) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Any, config: dict, files: Files) -> str:
-    if page.file.src_uri.startswith(("benchmarks/", "cluster/")):  # a repository file: its links into docs/ point at the site's root
+    # A repository file outside docs/: its links into docs/ point at the site's root.
+    if page.file.src_uri.startswith(("benchmarks/", "cluster/")):
         markdown = markdown.replace("](../docs/", "](../")
     return NOT_RUN.sub(lambda m: f'!!! note "Not run by CI"\n    {m.group(1)}\n', markdown)
