@@ -24,7 +24,7 @@ from distmc.options import VerifyOptions, export_suffix_error
 
 __all__ = ["main", "options_from_args"]
 
-#: What ``--checker native`` checks, and ``--driver``'s default: the same words in ``run --help`` and the README
+#: What ``--checker native`` checks, and ``--driver``'s default: the same words in ``run --help`` and ``docs/options.md``
 #: (``tests/test_first_use.py`` holds them to it).
 NATIVE_CHECKS = "P=? of F, U and their <=k/<k forms, R=? of F, C<=k, I=k"
 DRIVER_DEFAULT = ("local for one worker with no --address, --checkpoint-dir, --resume, --policy-servers or "

@@ -7,6 +7,7 @@ import sys
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -168,13 +169,13 @@ def test_refinement_that_stops_early_says_why() -> None:
     assert a.stats["stopped"] in summary(a, env)
 
 
-def test_run_help_and_readme_agree() -> None:
+def test_run_help_and_options_page_agree() -> None:
     from distmc.cli import DRIVER_DEFAULT, NATIVE_CHECKS, _parser, _subparser
 
     run = _subparser(_parser(), "run")
     helps = {a.option_strings[0]: a.help or "" for a in run._actions if a.option_strings}
     rows = {}
-    for line in (REPO / "README.md").read_text().splitlines():
+    for line in (REPO / "docs" / "options.md").read_text().splitlines():
         if line.startswith("| `--"):
             name = line.split("`")[1].split()[0]
             rows[name] = line.replace("`", "")
@@ -291,18 +292,23 @@ def test_live_line_names_the_phase() -> None:
         assert "checking: step 41/100 | 1.50k states" in buf.getvalue()
 
 
-def test_readme_script_finds_every_command_and_checks_values() -> None:
+def _ci_script(name: str) -> Any:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("ci_readme", REPO / ".ci" / "readme.py")
+    spec = importlib.util.spec_from_file_location(f"ci_{name}", REPO / ".ci" / f"{name}.py")
     assert spec is not None and spec.loader is not None
-    readme = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = readme  # its dataclass looks its module up
-    spec.loader.exec_module(readme)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_script_finds_every_command_and_checks_values() -> None:
+    readme = _ci_script("readme")
     found = readme.commands((REPO / "README.md").read_text())
     cmds = [c.cmd for c in found]
     assert cmds[0].startswith("pip install torch==2.13.0 -e . && distmc run example")  # the plain install first
-    assert any(c.startswith("distmc scale ") for c in cmds) and any(c.startswith("distmc abstract ") for c in cmds)
+    assert any("--workers 2" in c for c in cmds)  # the front page's scaling-out command
     assert not any("MODEL" in c for c in cmds)  # usage synopses are not commands
     shown = {c.cmd: c.cell for c in found if c.cell}
     assert shown["distmc run example --const N=6 --policy uniform --prop 'P=? [F \"crash\"]'"] == "0.685 (1,296 states)"
@@ -314,8 +320,6 @@ def test_readme_script_finds_every_command_and_checks_values() -> None:
     assert found[0].lines and found[0].lines[0].startswith('P=? [F "crash"]  =  ')
     python = [c for c in found if "\n" in c.cmd and "verify(" in c.cmd]
     assert python and all(c.lines for c in python)
-    first = [c for c in python if "report.bounds" in c.cmd][0].lines
-    assert first is not None and len(first) == 4  # the print's own comment, and the loop's three lines
     line = '  model .../gridworld.prism (stochastic, policy p.pt in float64); induced dtmc: 1296 states, depth 12'
     printed = 'x\n  model /a/b/gridworld.prism (stochastic, policy p.pt in float64); induced dtmc: 1296 states, depth 12'
     assert readme.missing_line(printed, [line]) is None
@@ -324,3 +328,38 @@ def test_readme_script_finds_every_command_and_checks_values() -> None:
     cut = "0.010194819812... [0.010194819811..., 0.010194819813...] 1296"  # shown truncated: within 1e-12
     assert readme.missing_line("0.01019481981200985 [0.01019481981100985, 0.010194819813009851] 1296", [cut]) is None
     assert readme.missing_line("0.0101948211722 [0.01019481981100985, 0.010194819813009851] 1296", [cut]) == cut
+
+
+def test_docs_script_finds_every_page_command_and_skips_only_marked_blocks() -> None:
+    docs = _ci_script("docs")
+    checks = {p.name: docs.page_checks(p.read_text()) for p in sorted((REPO / "docs").glob("*.md"))}
+    cmds = [c.cmd for page in checks.values() for c in page if not c.skip]
+    assert any(c.startswith("distmc scale ") for c in cmds) and any(c.startswith("distmc abstract ") for c in cmds)
+    assert any(c.startswith("distmc shield ") for c in cmds) and any(c.startswith("distmc curve ") for c in cmds)
+    assert not any("MODEL" in c for c in cmds)  # usage synopses are not commands
+    python = [c for c in checks["python-api.md"] if c.python and "report.bounds" in c.cmd]
+    assert python and python[0].lines is not None and len(python[0].lines) == 4  # a print's comment, a loop's three
+    tutorial = checks["tutorial.md"]
+    assert all(c.lines for c in tutorial if c.cmd.startswith("distmc ") and not c.skip)  # each shows its output
+    assert any(c.python and "VerifyCallback" in c.cmd and not c.skip for c in tutorial)
+    skipped = [c for page in checks.values() for c in page if c.skip]
+    assert skipped and all(c.lines is None for c in skipped)  # a block not run takes no output block
+    page = "<!-- not run: needs a cluster -->\n```\ndistmc run m.prism --prop p\n```\n\n```\nP=? 1\n```\n"
+    (check,) = docs.page_checks(page)
+    assert check.skip == "needs a cluster" and check.lines is None
+    (check,) = docs.page_checks(page.replace("<!-- not run: needs a cluster -->\n", ""))
+    assert check.skip is None and check.lines == ["P=? 1"]
+
+
+def test_cli_reference_page_is_the_parsers_help() -> None:
+    import importlib.util
+
+    pytest.importorskip("mkdocs")
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = hooks.cli_reference()
+    for name in ("run", "abstract", "scale", "shield", "curve"):
+        assert f"## distmc {name}\n" in page
+    assert "--horizon-cut" in page and "--delta DELTA" in page  # options of run and of shield, from the parser
