@@ -33,6 +33,7 @@ order, so the result does not depend on the thread count.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -41,6 +42,7 @@ from distmc.assemble.reducer import InducedModel
 from distmc.check.checker import MAX_ITERATIONS
 from distmc.check.forms import (
     Labelled,
+    Recurrence,
     path_of,
     rewards_of,
     states_of,
@@ -136,6 +138,23 @@ def _exact(x: np.ndarray) -> Values:
     return x, x, x
 
 
+def _step_bounds(e: Engine, rec: Recurrence, x: np.ndarray) -> Values:
+    """A step-bounded value with the bounds of its rounding.
+
+    Where every term of the recurrence is non-negative (probabilities, non-negative rewards), each of its ``k``
+    steps leaves every value within a factor ``1 +- g`` of the step's exact result on its rounded inputs (Higham's
+    ``gamma`` of the longest row, twice: :func:`~distmc.check.gauss_seidel.row_gamma`), and ``k`` steps within
+    ``(1 + g)^k``: the bounds are ``x (1 -+ ((1 + g)^k - 1))``, rounded outwards. A recurrence with a negative
+    term gets none (lower == upper).
+    """
+    g = float(e.allmax(np.array([e.row_gamma()]))[0])
+    terms = (rec.x0[rec.active], rec.add[rec.active], rec.fixed[~rec.active])
+    if any(bool((t < 0).any()) for t in terms) or not np.all(np.isfinite(x)):
+        return _exact(x)
+    rel = math.expm1(rec.k * math.log1p(g)) * (1.0 + 1e-9)  # (1 + g)^k - 1, with a margin for its own rounding
+    return x, np.nextafter(x * (1.0 - rel), -np.inf), np.nextafter(x * (1.0 + rel), np.inf)
+
+
 def values_of(e: Engine, m: Labelled, spec: PropertySpec, precision: Precision | float | None = None,
               max_iterations: int = MAX_ITERATIONS) -> Values:
     """The property's value at each of the ``n`` states, with lower and upper bounds (equal where exact).
@@ -157,7 +176,7 @@ def values_of(e: Engine, m: Labelled, spec: PropertySpec, precision: Precision |
     stop = Stop(precision, relevant, everywhere)
     rec = step_recurrence(spec, m)
     if rec is not None:
-        return _exact(_steps(e, rec.x0, rec.add, rec.active, rec.fixed, rec.k))
+        return _step_bounds(e, rec, _steps(e, rec.x0, rec.add, rec.active, rec.fixed, rec.k))
     return (_reward if spec.is_reward else _probability)(e, m, spec, stop, max_iterations)
 
 
