@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.props is not None:
             texts += _read_props(args.props)
         with LiveProgress(enabled=not args.quiet) as progress:
-            report = verify(None if args.model is None else example_path(args.model),
+            got = verify(None if args.model is None else example_path(args.model),
                             "; ".join(texts) if texts else None, options, progress=progress, phases=progress.phase)
     except KeyboardInterrupt:
         if args.debug:
@@ -230,9 +230,10 @@ def main(argv: list[str] | None = None) -> int:
             partial = {"partial": True, "error": str(exc), **exc.partial, "options": options.to_dict()}
             Path(args.json_path).write_text(json.dumps(partial, indent=2))
         return exc.exit_code
-    print(report.summary())  # type: ignore[union-attr]
+    report = got[0] if isinstance(got, tuple) else got  # a tuple only with keep_model, which no option sets
+    print(report.summary())
     if args.json_path:
-        Path(args.json_path).write_text(report.to_json())  # type: ignore[union-attr]
+        Path(args.json_path).write_text(report.to_json())
     return 0
 
 

@@ -71,6 +71,7 @@ def save_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
     """A priority run's checkpoint (``.npz``), replaced atomically (:meth:`PriorityExplorer.save`)."""
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp.npz")
+    # numpy's stub types savez's **kwds as if a name could be its allow_pickle (a bool): every name here is an array's
     np.savez(tmp, **arrays)  # type: ignore[arg-type]
     os.replace(tmp, p)
 
