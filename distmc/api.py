@@ -26,7 +26,7 @@ from distmc.check.dispatch import (
     vector_result,
 )
 from distmc.check.partial import check_partial, close_frontier, frontier_probability, horizon_of, partial_entry
-from distmc.check.result import CheckResult, Precision, result_entry
+from distmc.check.result import CheckResult, Precision, json_bounds, result_entry
 from distmc.distributed.checkpoint import Checkpoint
 from distmc.errors import CheckpointError, ResourceLimitError, SlowConvergenceError, UsageError
 from distmc.explain.report import Explain
@@ -228,7 +228,7 @@ class _Run:
                                        check_s=c["check_s"]) for spec, c in zip(specs, out["checks"], strict=True)]
         entries = [result_entry(sp.text, sp.name, r) for sp, r in zip(specs, checked, strict=True)]
         return Report(
-            result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
+            result=checked[0].value, bounds=json_bounds(checked[0].bounds),
             truth=checked[0].truth, results=entries, states=rows.n_states,
             transitions=rows.n_transitions, induced="dtmc", choices=rows.n_states, initial_states=rows.n_initial,
             checker="distributed",
@@ -254,7 +254,7 @@ class _Run:
         reach = out["checks"][0]["reach"]
         first = rows.n_states - rows.run.frontier
         return Report(
-            result=checked[0].value, bounds=entries[0]["bounds"], truth=checked[0].truth,  # type: ignore[arg-type]
+            result=checked[0].value, bounds=json_bounds(checked[0].bounds), truth=checked[0].truth,
             results=entries, states=rows.n_states, transitions=rows.n_transitions, induced="dtmc",
             choices=rows.n_states, initial_states=rows.n_initial, checker="distributed", partial=True,
             frontier={"reason": str(rows.stats["stopped"]), "explored_states": first,
@@ -307,7 +307,7 @@ class _Run:
         report = Report(
             frontier=None if horizon is None else {"reason": f"horizon cut at depth {horizon}", "horizon": horizon,
                                                    "explored_states": first, "frontier_states": n_frontier},
-            result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
+            result=checked[0].value, bounds=json_bounds(checked[0].bounds),
             truth=checked[0].truth, results=entries, single_states=single, states=induced.n_states,
             transitions=induced.n_transitions, induced=induced.kind, choices=induced.n_rows,
             initial_states=int(induced.initial.shape[0]), checker=used, traces=explain.found,
@@ -356,7 +356,7 @@ class _Run:
         timings = clock.stop()
         entries = [partial_entry(sp, r, note) for sp, r, note in zip(specs, checked, notes, strict=True)]
         report = Report(
-            result=checked[0].value, bounds=entries[0]["bounds"],  # type: ignore[arg-type]
+            result=checked[0].value, bounds=json_bounds(checked[0].bounds),
             truth=checked[0].truth, results=entries, states=induced.n_states,
             transitions=induced.n_transitions, induced=induced.kind, choices=induced.n_rows,
             initial_states=int(induced.initial.shape[0]), checker=used, partial=True,
@@ -387,7 +387,7 @@ class _Run:
                                 EXACT_TIMEOUT_S if left is None else max(1.0, min(EXACT_TIMEOUT_S, left)),
                                 progress=clock.detail, codec=self.parts.codec)
 
-    def common(self, stats: dict[str, float], worker_stats: list[dict[str, Any]],
+    def common(self, stats: Mapping[str, float | str], worker_stats: list[dict[str, Any]],
                timings: dict[str, float]) -> dict[str, Any]:
         """The report's fields every run has alike: what was run, the exploration's counters, memory, times."""
         job = self.job

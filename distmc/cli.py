@@ -217,11 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.props is not None:
             texts += _read_props(args.props)
         with LiveProgress(enabled=not args.quiet) as progress:
-            report = verify(None if args.model is None else example_path(args.model),
+            got = verify(None if args.model is None else example_path(args.model),
                             "; ".join(texts) if texts else None, options, progress=progress, phases=progress.phase)
-        print(report.summary())  # type: ignore[union-attr]
+        report = got[0] if isinstance(got, tuple) else got  # a tuple only with keep_model, which no option sets
+        print(report.summary())
         if args.json_path:
-            write_text(args.json_path, report.to_json(), sync=True)  # type: ignore[union-attr]
+            write_text(args.json_path, report.to_json(), sync=True)
     except KeyboardInterrupt:
         if args.debug:
             traceback.print_exc()

@@ -228,7 +228,7 @@ class VerifyOptions:
     plot: str | None = None
     plot_vars: str | None = None
     # callbacks (not saved)
-    progress: Callable[[dict[str, float]], None] | None = _callback()
+    progress: Callable[[dict[str, Any]], None] | None = _callback()  # numbers; after exploration "phase": a line
     phases: Callable[[str, str], None] | None = _callback()
 
     def __post_init__(self) -> None:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from distmc._internal.phases import PHASES
-from distmc.check.result import result_line
+from distmc.check.result import bound_pairs, result_line
 from distmc.explain.report import summary_lines
 
 __all__ = ["EXPLORE_SPLIT", "FLOAT32_NOTE", "Report", "result_line_value"]
@@ -118,9 +118,7 @@ class Report:
             return 0.0
         widest = 0.0
         for r in self.results:
-            b = r["bounds"]
-            pairs = list(b.values()) if isinstance(b, dict) else [b]
-            for lo, hi in pairs:  # type: ignore[misc]
+            for lo, hi in bound_pairs(r["bounds"]):
                 widest = max(widest, float(hi) - float(lo))
         return widest
 

@@ -93,7 +93,7 @@ def _rounds(o: VerifyOptions, explorer: PriorityExplorer | RayPriorityExplorer, 
             order: str, where: str) -> tuple[Report, InducedModel]:
     """The rounds of :func:`explore_in_rounds` on one explorer (in-process or Ray's: the same interface)."""
     cap = o.max_states if o.max_states is not None else (None if o.width is not None else 2**62)
-    budget = FIRST_ROUND_STATES if o.width is not None else int(cap)  # type: ignore[arg-type]
+    budget = FIRST_ROUND_STATES if o.width is not None or cap is None else cap  # cap is None only with a width
     if cap is not None:
         budget = min(budget, cap)
     budget = max(budget, explorer.budget)  # resumed: the last round's budget again (checks what is there)
@@ -110,7 +110,7 @@ def _rounds(o: VerifyOptions, explorer: PriorityExplorer | RayPriorityExplorer, 
         if why is None and explorer.n_states > budget:
             why = f"passed --max-states {cap}" if capped else f"round budget of {budget} states"
         if why is not None:
-            explored.stats["stopped"] = why  # type: ignore[assignment]
+            explored.stats["stopped"] = why
         if horizon is not None:
             explored.stats["horizon"] = horizon
         report, induced = check(explored)
@@ -121,7 +121,7 @@ def _rounds(o: VerifyOptions, explorer: PriorityExplorer | RayPriorityExplorer, 
                        "width": width, "bounds": report.bounds, "elapsed_s": round(clock.elapsed(), 3)})
         log.info("round %d: %d states, width %.3g", len(rounds), report.states, width)
         if o.progress is not None:
-            o.progress({"phase": f"round {len(rounds)}: width {width:.3g} at {report.states} states",  # type: ignore[dict-item]
+            o.progress({"phase": f"round {len(rounds)}: width {width:.3g} at {report.states} states",
                         "elapsed_s": clock.elapsed()})
         done = (not report.partial or o.width is None or width <= o.width or capped
                 or (why is not None and not why.startswith("round budget")))

@@ -158,3 +158,29 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_module_length(name: str) -> None:
     lines = len(MODULES[name].read_text().splitlines())
     assert lines <= MAX_LINES, f"{MODULES[name]}: {lines} lines (at most {MAX_LINES}: split it by responsibility)"
+
+
+
+#: At most this many ``type: ignore`` in ``distmc/``, each with a comment that gives its reason.
+MAX_TYPE_IGNORES = 5
+
+
+def lines_with(text: str) -> list[str]:
+    """``path:line`` of every line of ``distmc/`` that holds ``text``."""
+    return [f"{path}:{i}" for path in MODULES.values() for i, line in enumerate(path.read_text().splitlines(), 1)
+            if text in line]
+
+
+def test_type_ignores_are_few() -> None:
+    found = lines_with("type: " + "ignore")
+    assert len(found) <= MAX_TYPE_IGNORES, f"{len(found)} `type: ignore` (at most {MAX_TYPE_IGNORES}): {found}"
+
+
+def test_no_bare_distmc_error_is_raised() -> None:
+    """Every error raised is a subclass of DistmcError that names what went wrong."""
+    found = lines_with("raise " + "DistmcError(")
+    assert not found, f"bare `raise DistmcError(`, raise a subclass instead: {found}"
+
+
+def test_the_line_finder_finds_lines() -> None:
+    assert any(p.endswith("errors.py:" + p.rsplit(":", 1)[1]) for p in lines_with("class DistmcError("))

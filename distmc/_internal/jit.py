@@ -21,7 +21,6 @@ try:
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only without numba
-    _nb = None  # type: ignore[assignment]
     HAVE_NUMBA = False
 
 __all__ = ["HAVE_NUMBA", "KeyTable", "budget_env", "first_occurrences", "gather_index", "merge_rows", "place_rows", "set_thread_budget",
@@ -385,7 +384,8 @@ def set_thread_budget(threads: int) -> dict[str, int]:
     global _cap
     threads = _cap = max(1, int(threads))
     if HAVE_NUMBA:
-        _nb.set_num_threads(min(threads, _nb.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+        # numba's config sets its names from the environment at import, out of mypy's sight: read them from its dict
+        _nb.set_num_threads(min(threads, int(vars(_nb.config)["NUMBA_NUM_THREADS"])))
     torch = sys.modules.get("torch")
     if torch is not None and torch.get_num_threads() > threads:
         torch.set_num_threads(threads)

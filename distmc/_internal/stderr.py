@@ -13,6 +13,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from typing import TextIO
 
 __all__ = ["storm_lines", "storm_quiet"]
 
@@ -25,9 +26,9 @@ def storm_lines(text: str) -> list[str]:
 
 
 @contextmanager
-def _redirect(fd: int, stream: object, sink: list[str] | None = None) -> Iterator[None]:
+def _redirect(fd: int, stream: TextIO, sink: list[str] | None = None) -> Iterator[None]:
     try:
-        stream.flush()  # type: ignore[attr-defined]
+        stream.flush()  # sys.stdout may be None (pythonw) or closed: AttributeError, ValueError
     except (AttributeError, OSError, ValueError):
         pass
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,7 +110,7 @@ class ThreadSampler:
     misses nothing).
     """
 
-    find: object  # () -> list[int]: the processes to watch now (called every interval)
+    find: Callable[[], list[int]]  # the processes to watch now (called every interval)
     interval: float = 0.2
     seen: dict[tuple[int, int], _Seen] = field(default_factory=dict)
     procs: dict[int, tuple[ProcessTimes, ProcessTimes]] = field(default_factory=dict)
@@ -119,7 +120,7 @@ class ThreadSampler:
     def sample(self) -> None:
         """One reading of every watched process and thread."""
         now = time.monotonic()
-        for pid in self.find():  # type: ignore[operator]
+        for pid in self.find():
             p = process_times(pid)
             if p is None:
                 continue

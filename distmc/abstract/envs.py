@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -311,11 +312,13 @@ def _box(names: tuple[str, ...], lo: tuple[float, ...], hi: tuple[float, ...]) -
     return ",".join(f"{n}={a:g}:{b:g}" for n, a, b in zip(names, lo, hi, strict=True))
 
 
-ENVS: dict[str, type[ContinuousEnv]] = {"pendulum": Pendulum, "cartpole": CartPole, "cartpole-mosaic": CartPoleMosaic}
+#: Each environment by name: its class, built without arguments (each subclass fixes its own fields).
+ENVS: dict[str, Callable[[], ContinuousEnv]] = {"pendulum": Pendulum, "cartpole": CartPole,
+                                                "cartpole-mosaic": CartPoleMosaic}
 
 
 def get_env(name: str) -> ContinuousEnv:
     """The environment called ``name``."""
     if name not in ENVS:
         raise UsageError(f"unknown environment '{name}': choose one of {sorted(ENVS)}")
-    return ENVS[name]()  # type: ignore[call-arg]
+    return ENVS[name]()

@@ -46,7 +46,7 @@ class _Reader:
     def __init__(self, data: np.ndarray | bytes | list[np.ndarray]) -> None:
         parts = data if isinstance(data, list) else [data]
         self._views = [
-            memoryview(np.ascontiguousarray(d)).cast("B")  # type: ignore[arg-type]
+            np.ascontiguousarray(d).data.cast("B")
             if isinstance(d, np.ndarray)
             else memoryview(d)
             for d in parts

@@ -18,6 +18,7 @@ from distmc.check.result import (
     CheckResult,
     Precision,
     decide,
+    filtered,
     summarise,
     widen,
 )
@@ -397,6 +398,5 @@ def check_values(storm_model: Any, spec: PropertySpec, kind: str,
     lo = value_vector(storm_model, spec.with_direction("min"))
     hi = value_vector(storm_model, spec.with_direction("max"))
     if op not in (None, "range"):
-        lo_v, hi_v = summarise(lo[initial], None, None, op)[0], summarise(hi[initial], None, None, op)[0]
-        return {"min": float(lo_v), "max": float(hi_v)}, {"value_min": lo, "value_max": hi}  # type: ignore[arg-type]
+        return {"min": filtered(lo[initial], op), "max": filtered(hi[initial], op)}, {"value_min": lo, "value_max": hi}
     return {"min": float(lo[initial].min()), "max": float(hi[initial].max())}, {"value_min": lo, "value_max": hi}

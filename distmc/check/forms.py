@@ -169,7 +169,10 @@ def step_recurrence(spec: PropertySpec, m: Labelled) -> Recurrence | None:
     if isinstance(sub, sl.EventuallyFormula):
         return None
     given, state, total = rewards_of(m, spec)
-    kind, _, bound = _REWARD_BOUND.match(str(sub).replace(" ", "")).groups()  # type: ignore[union-attr]
+    form = _REWARD_BOUND.match(str(sub).replace(" ", ""))
+    if form is None:  # unsupported() turned every other form away before
+        raise PropertyError(f"{spec.text}: the native checker checks rewards of the forms F phi, C<=k and I=k only")
+    kind, _, bound = form.groups()
     every = np.ones(n, dtype=bool)
     if kind == "C":  # reward collected in the first k steps
         return Recurrence(zero, total, every, total, int(bound))

@@ -18,7 +18,7 @@ import numpy as np
 from distmc.errors import UsageError
 
 __all__ = ["DEFAULT_PRECISION", "DEFAULT_RELATIVE", "ROUNDING_ULPS", "TRUTH_FILTERS", "VALUE_FILTERS", "CheckResult",
-           "Precision", "Value", "decide", "result_entry", "result_line", "summarise", "widen"]
+           "JsonBounds", "Precision", "Value", "bound_pairs", "decide", "filtered", "json_bounds", "result_entry", "result_line", "summarise", "widen"]
 
 #: Absolute part of the default precision of every unbounded check (``--precision-abs`` replaces the default rule).
 DEFAULT_PRECISION = 1e-12
@@ -40,6 +40,8 @@ ROUNDING_ULPS = 16
 #: over several initial states).
 Value = float | dict[str, float]
 Bounds = tuple[float, float] | dict[str, tuple[float, float]]
+#: :data:`Bounds` as a report's JSON holds them: lists, not tuples.
+JsonBounds = list[float] | dict[str, list[float]]
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,11 @@ VALUE_FILTERS = ("min", "max", "avg", "sum", "first", "range")
 TRUTH_FILTERS = ("count", "forall", "exists")
 
 
+def filtered(values: np.ndarray, filter_op: str) -> float:
+    """One number of the initial states' ``values``: a filter's ``min``, ``max``, ``avg``, ``sum`` or ``first``."""
+    return float(values[0] if filter_op == "first" else getattr(np, "mean" if filter_op == "avg" else filter_op)(values))
+
+
 def summarise(per_state: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None,
               filter_op: str | None = None) -> tuple[Value, Bounds | None]:
     """The value and bounds of one direction at the initial states ``[I]``: one number, or their range.
@@ -208,7 +215,7 @@ def summarise(per_state: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | Non
     """
     if filter_op in ("min", "max", "avg", "sum", "first"):
         def f(a: np.ndarray) -> float:
-            return float(a[0] if filter_op == "first" else getattr(np, "mean" if filter_op == "avg" else filter_op)(a))
+            return filtered(a, filter_op)
 
         return f(per_state), None if lo is None or hi is None else (f(lo), f(hi))
     if per_state.shape[0] == 1:
@@ -223,33 +230,46 @@ def _fmt(v: object) -> str:
     return f"{v:.12g}" if isinstance(v, float) else str(v)
 
 
+def json_bounds(bounds: Bounds | None) -> JsonBounds | None:
+    """``bounds`` as the report's JSON holds them (lists)."""
+    if isinstance(bounds, dict):
+        return {k: list(v) for k, v in bounds.items()}
+    return None if bounds is None else list(bounds)
+
+
+def bound_pairs(bounds: object) -> list[tuple[float, float]]:
+    """The ``(lo, hi)`` pairs of bounds as a result or a report's entry holds them: one, or min's and max's."""
+    pairs = list(bounds.values()) if isinstance(bounds, dict) else [bounds]
+    out: list[tuple[float, float]] = []
+    for pair in pairs:
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise TypeError(f"bounds {bounds!r} are not [lo, hi] or {{'min': [lo, hi], 'max': [lo, hi]}}")
+        out.append((pair[0], pair[1]))
+    return out
+
+
 def _value_text(value: object, bounds: object) -> str:
     """``v (+-err)``, or ``[min (+-e), max (+-e)] (min, max)``."""
-    def one(v: float, b: object) -> str:
-        if b is None or v != v or abs(v) == float("inf"):
+    def one(v: object, b: object) -> str:
+        if b is None or not isinstance(v, int | float) or not math.isfinite(v):
             return _fmt(v)
-        pair: tuple[float, float] = tuple(b)  # type: ignore[arg-type,assignment]
-        lo, hi = pair
+        ((lo, hi),) = bound_pairs(b)
         return f"{_fmt(v)} (+-{max(hi - v, v - lo):.2g})"
 
     if isinstance(value, dict):
         bd = bounds if isinstance(bounds, dict) else {}
         return f"[{one(value['min'], bd.get('min'))}, {one(value['max'], bd.get('max'))}] (min, max)"
-    return one(value, bounds)  # type: ignore[arg-type]
+    return one(value, bounds)
 
 
 def result_entry(text: str, name: str | None, res: CheckResult) -> dict[str, object]:
     """One property's entry of the report's ``results``: property, name, value (and truth), bounds, checker, ..."""
-    bounds: object = res.bounds
-    if isinstance(bounds, tuple):
-        bounds = list(bounds)
-    elif isinstance(bounds, dict):
-        bounds = {k: list(v) for k, v in bounds.items()}
     entry: dict[str, object] = {"property": text, "name": name}
     if res.truth is not None:
         entry["truth"] = res.truth
         entry["decided"] = res.decided
-    entry.update(value=res.value, bounds=bounds, method=res.method, checker=res.checker, check_s=res.check_s)
+    entry.update(value=res.value, bounds=json_bounds(res.bounds), method=res.method, checker=res.checker,
+                 check_s=res.check_s)
     if res.exact is not None:
         entry["exact"] = res.exact
     if res.note is not None:
@@ -259,9 +279,7 @@ def result_entry(text: str, name: str | None, res: CheckResult) -> dict[str, obj
 
 def _width(bounds: object) -> float:
     """Hi - lo of a partial answer's bounds (the widest of min and max)."""
-    if isinstance(bounds, dict):
-        return max(float(v[1]) - float(v[0]) for v in bounds.values())
-    return float(bounds[1]) - float(bounds[0])  # type: ignore[index]
+    return max(float(hi) - float(lo) for lo, hi in bound_pairs(bounds))
 
 
 def result_line(entry: dict[str, object]) -> str:
@@ -273,8 +291,8 @@ def result_line(entry: dict[str, object]) -> str:
         if isinstance(b, dict):
             value = "in " + ", ".join(f"{k} [{_fmt(v[0])}, {_fmt(v[1])}]" for k, v in b.items())
         else:
-            pair: list[float] = b  # type: ignore[assignment]
-            value = f"in [{_fmt(pair[0])}, {_fmt(pair[1])}]"
+            ((lo, hi),) = bound_pairs(b)
+            value = f"in [{_fmt(lo)}, {_fmt(hi)}]"
         value += f" (width {_fmt(_width(b))}, partial model" + (f"; {entry['not_bounded']})" if entry.get(
             "not_bounded") else ")")
         if "truth" in entry:

@@ -24,7 +24,10 @@ import resource
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
+from typing import Any
 
 from distmc.errors import ResourceLimitError, UsageError
 
@@ -176,10 +179,10 @@ class Interrupt:
 
     def __init__(self) -> None:
         self.why: str | None = None
-        self._old: object = None
+        self._old: Callable[[int, FrameType | None], Any] | int | signal.Handlers | None = None
         self._installed = False
 
-    def _handler(self, signum: int, frame: object) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self.why is not None:
             raise KeyboardInterrupt
         self.why = "interrupted (Ctrl-C)"
@@ -193,4 +196,4 @@ class Interrupt:
     def __exit__(self, *exc: object) -> None:
         if self._installed:  # a handler installed outside Python reads back as None: Python's default then
             old = self._old if self._old is not None else signal.default_int_handler
-            signal.signal(signal.SIGINT, old)  # type: ignore[arg-type]
+            signal.signal(signal.SIGINT, old)

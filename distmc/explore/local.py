@@ -87,7 +87,7 @@ def explore_local(
     if expanded < out.n_states:  # stopped by a limit, or cut at the horizon: the frontier is the ids from here on
         out.stats["expanded"] = expanded
         if stopped is not None:
-            out.stats["stopped"] = stopped  # type: ignore[assignment]
+            out.stats["stopped"] = stopped
         if horizon is not None:
             out.stats["horizon"] = horizon
     return out

@@ -52,7 +52,7 @@ class Explored:
     chunk_rows: np.ndarray
     rewards: dict[str, np.ndarray]
     initial: np.ndarray
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, float | str] = field(default_factory=dict)  # seconds and counts; "stopped": why (a sentence)
     worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor (empty in-process)
     merged: bool = False
     frontier: np.ndarray | None = None  # [F] ids found but not expanded, each with one self-loop row (a partial run)

@@ -76,6 +76,7 @@ def save_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
     p = Path(path)
     note = checkpoint_note(p.parent, "the last round's" if p.is_file() else None)
     with atomic_path(p, sync=True, note=note) as tmp:
+        # numpy's stub types savez's **kwds as if a name could be its allow_pickle (a bool): every name here is an array's
         np.savez(tmp, **arrays)  # type: ignore[arg-type]
 
 

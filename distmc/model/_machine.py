@@ -15,7 +15,6 @@ try:  # numba is a dependency, but the numpy kernel still works where it cannot 
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only without numba
-    _nb = None  # type: ignore[assignment]
     HAVE_NUMBA = False
 
 __all__ = ["CHUNK", "HAVE_NUMBA", "pack_rows", "run_pass"]
