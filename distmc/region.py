@@ -190,7 +190,7 @@ def _refine(rc: RegionChain, spec: PropertySpec, coverage: float, witness: Any) 
     bound = float(frac)
     total = rc.region.volume
     todo = [rc.region]
-    done: list[Subregion] = []
+    done: list[tuple[Region, Subregion]] = []
     decided = 0.0
     while todo:
         todo.sort(key=lambda r: -r.volume)
@@ -210,14 +210,14 @@ def _refine(rc: RegionChain, spec: PropertySpec, coverage: float, witness: Any) 
         if verdict == "violated":
             entry.witness = rc.region.constants(sub.center())
             entry.witness_value = witness(sub.center())
-        done.append(entry)
+        done.append((sub, entry))
         if decided / total >= coverage:  # the rest stays undecided, unsplit
             for rest in todo:
                 r_lo, r_hi = bounds_over(rc, spec, rest)
-                done.append(Subregion(str(rest), r_lo, r_hi, "undecided", volume=rest.volume / total))
+                done.append((rest, Subregion(str(rest), r_lo, r_hi, "undecided", volume=rest.volume / total)))
             todo = []
-    done.sort(key=lambda s: s.region)
-    return done, decided / total
+    done.sort(key=lambda d: d[0].params)
+    return [d[1] for d in done], decided / total
 
 
 def verify_region(model_path: str | Path, prop: str, region: str | Region, *, coverage: float = 0.99,
