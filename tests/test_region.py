@@ -139,3 +139,33 @@ def test_the_cli_prints_bounds_and_the_engine(tmp_path: Path, capsys: pytest.Cap
     text = capsys.readouterr().out
     assert rc == 0 and "over  0.05<=slip<=0.15" in text and "engine: native robust value iteration" in text
     assert '"lower"' in out.read_text()
+
+
+def _interval_drn(c: IntervalChain, path: Path, label: str) -> None:
+    """``c`` as Storm's explicit format with interval probabilities (``@value_type: double-interval``)."""
+    lines = ["@type: DTMC", "@value_type: double-interval", "@parameters", "", "@reward_models", "",
+             f"@nr_states\n{c.n_states}", f"@nr_choices\n{c.n_states}", "@model"]
+    init = set(c.initial.tolist())
+    for s in range(c.n_states):
+        marks = (" init" if s in init else "") + (f" {label}" if c.labels[label][s] else "")
+        lines += [f"state {s}{marks}", "\taction 0"]
+        for j in range(int(c.row_offsets[s]), int(c.row_offsets[s + 1])):
+            lines.append(f"\t\t{int(c.targets[j])} : [{float(c.lo[j])!r}, {float(c.hi[j])!r}]")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("prop", ['P=? [F "delivered"]', 'P=? [F<=12 "delivered"]'])
+def test_the_bounds_agree_with_storms_robust_value_iteration(prop: str, tmp_path: Path) -> None:
+    import stormpy
+
+    rc = build_region_chain(Job(DELIVERY, prop, SMALL), parse_region("0.05<=slip<=0.15"))
+    chain = rc.chain(rc.region)
+    ours = interval_bounds(chain, rc.parts.spec, 1e-12)
+    _interval_drn(chain, tmp_path / "m.drn", "delivered")
+    model = stormpy.build_model_from_drn[stormpy.Interval](str(tmp_path / "m.drn"))
+    formula = stormpy.parse_properties(prop)[0]
+    s0 = int(rc.initial[0])
+    for mode, mine in ((stormpy.UncertaintyResolutionMode.MINIMIZE, ours[0]),
+                       (stormpy.UncertaintyResolutionMode.MAXIMIZE, ours[1])):
+        storm = stormpy.model_checking(model, formula, uncertainty_resolution_mode=mode).get_value(s0)
+        assert mine[s0] == pytest.approx(storm, rel=1e-5, abs=1e-12)
