@@ -169,3 +169,36 @@ def test_the_bounds_agree_with_storms_robust_value_iteration(prop: str, tmp_path
                        (stormpy.UncertaintyResolutionMode.MAXIMIZE, ours[1])):
         storm = stormpy.model_checking(model, formula, uncertainty_resolution_mode=mode).get_value(s0)
         assert mine[s0] == pytest.approx(storm, rel=1e-5, abs=1e-12)
+
+
+TWO = """mdp
+const double p;
+const double q;
+module a
+  x : [0..3] init 0;
+  [go]   x<3 -> p : (x'=x+1) + 1-p : (x'=0);
+  [stay] x<3 -> 0.5 : (x'=min(x+1, 3)) + 0.5 : true;
+  [go]   x=3 -> true;
+  [stay] x=3 -> true;
+endmodule
+module b
+  y : [0..2] init 0;
+  [go]   true -> q : (y'=min(y+1, 2)) + 1-q : (y'=0);
+  [stay] true -> 1 : true;
+endmodule
+label "goal" = x=3 & y=2;
+"""
+
+
+def test_two_parameters_bound_every_sampled_point(tmp_path: Path) -> None:
+    model = tmp_path / "two.prism"
+    model.write_text(TWO)
+    prop = 'P=? [F<=6 "goal"]'
+    report = verify_region(model, prop, "0.3<=p<=0.6,0.4<=q<=0.8")
+    assert report.lower < report.upper
+    for p in (0.3, 0.45, 0.6):
+        for q in (0.4, 0.6, 0.8):
+            value = float(verify(str(model), prop, constants=f"p={p},q={q}").result)  # type: ignore[arg-type]
+            assert report.lower - 1e-12 <= value <= report.upper + 1e-12
+    halves = parse_region("0.3<=p<=0.6,0.4<=q<=0.8").split()
+    assert halves[0].params[0] == ("p", 0.3, 0.6) and halves[0].params[1][2] == pytest.approx(0.6)  # q is wider
