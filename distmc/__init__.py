@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 
 #: What a user calls, imported on first use so that ``import distmc`` stays light (no stormpy, torch or Ray).
 _API = {"verify": "distmc.api", "Report": "distmc.api", "Session": "distmc.api", "sweep": "distmc.api",
-        "VerifyOptions": "distmc.options"}
+        "VerifyOptions": "distmc.options", "verify_region": "distmc.region"}
 
 
 def __getattr__(name: str) -> object:
@@ -56,4 +56,5 @@ __all__ = [
     "__version__",
     "sweep",
     "verify",
+    "verify_region",
 ]

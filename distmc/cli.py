@@ -129,6 +129,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--plot-vars", default=None, metavar="X,Y",
                      help="the heatmap's two variables (default: the first two int variables)")
     run.add_argument("--export", default=None, help="write the induced model (.drn or .umb)")
+    run.add_argument("--region", default=None, metavar="LO<=C<=HI,...",
+                     help="bounds over every value of the constants in this box (explored once; README: Regions)")
+    run.add_argument("--coverage", type=float, default=0.99,
+                     help="--region with a threshold property: split until this share of the volume is decided")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
     from distmc.abstract.cli import add_parser as add_abstract
     from distmc.curve.cli import add_parser as add_curve
@@ -193,6 +197,20 @@ def _read_props(path: str) -> list[str]:
     return statements
 
 
+def _region(args: argparse.Namespace, prop: str) -> int:
+    """``distmc run MODEL --region ...``: the bounds over the region, and a threshold's verdicts (distmc.region)."""
+    from distmc.region import verify_region
+
+    report = verify_region(example_path(args.model), prop, args.region, coverage=args.coverage,
+                           constants=args.const, policy=args.policy, interface=args.interface, mode=args.mode,
+                           threshold=args.threshold, resolve=args.resolve, trust_policy=args.trust_policy,
+                           policy_dtype=args.policy_dtype)
+    print(report.summary())
+    if args.json_path:
+        Path(args.json_path).write_text(report.to_json())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``distmc`` command."""
     parser = _parser()
@@ -212,10 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from distmc.api import verify
 
-        options = options_from_args(args)
         texts = list(args.prop or [])
         if args.props is not None:
             texts += _read_props(args.props)
+        if args.region is not None:
+            return _region(args, "; ".join(texts))
+        options = options_from_args(args)
         with LiveProgress(enabled=not args.quiet) as progress:
             got = verify(None if args.model is None else example_path(args.model),
                             "; ".join(texts) if texts else None, options, progress=progress, phases=progress.phase)

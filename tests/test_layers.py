@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("distmc.options", "distmc.pipeline"),  # a run's options and its job
     ("distmc.explain",),  # traces, values, plots
     ("distmc.distributed",),  # the Ray runtime: coordinator, actors, exchange, policy servers, checkpoints
-    ("distmc.report", "distmc.rounds", "distmc.api"),  # verify, Report, Session, sweep; --width's rounds
+    ("distmc.report", "distmc.rounds", "distmc.api", "distmc.region"),  # verify, Report, Session, sweep; --width's rounds; --region
     ("distmc.abstract", "distmc.curve", "distmc.shield"),  # the front ends over them
     ("distmc.integrations",),  # training-loop callbacks
     ("distmc._internal.subcommand",),  # what the subcommands share
