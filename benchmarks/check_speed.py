@@ -82,7 +82,7 @@ def cases(tmp: Path) -> dict[str, dict[str, Any]]:
                      "prop": 'P=? [F "delivered"]'},
         "deep": {"model": write("deep", DEEP.format(d=2000, w=400)), "prop": 'P=? [F "goal"]'},
         "cycles": {"model": write("cycles", CYCLES.format(d=1000, w=400)), "prop": 'P=? [F "goal"]'},
-        "cycles-reward": {"model": write("cycles", CYCLES.format(d=1000, w=400)), "prop": 'R=? [F "goal" | f]',
+        "cycles-reward": {"model": write("cycles", CYCLES.format(d=1000, w=400)), "prop": 'R=? [F x=D | f]',
                           "note": "the expected steps (a reward of 1 a step: the structure below)"},
         "slow-chain": {"model": write("slow", chain_text(10)), "prop": 'P=? [F "left"]'},
         "avoid": {"model": str(REPO / "benchmarks/envs/avoid.prism"), "constants": "N=7,slickness=0.1",
