@@ -106,6 +106,25 @@ def test_bounds_contain_the_exact_value(models: dict[str, Path], name: str, prop
     _holds(entry, q)
 
 
+STEP_CASES = [
+    ("dtmc/crowds-5-5.pm", "P=? [F<=20 observe0>1]"),
+    ("dtmc/die.pm", 'R{"coin_flips"}=? [C<=5]'),
+    ("rare", 'P=? [F<=200 "fail"]'),
+]
+
+
+@pytest.mark.parametrize(("name", "prop"), STEP_CASES)
+def test_step_bounds_cover_their_rounding(models: dict[str, Path], name: str, prop: str) -> None:
+    """A step-bounded value's bounds contain the exact value of its recurrence on the model's doubles."""
+    path = _path(name, models)
+    q = _exact(path, prop)
+    (entry,) = verify(path, prop, checker="native").results  # type: ignore[union-attr]
+    assert entry["method"] == "steps"
+    lo, hi = entry["bounds"]
+    assert lo < hi and Fraction(lo) <= q <= Fraction(hi), (entry, float(q))
+    assert hi - lo <= 1e-12 * max(1.0, float(q)), entry  # the rounding of a few hundred steps: far below 1e-12
+
+
 def test_a_rare_event_keeps_its_digits(models: dict[str, Path]) -> None:
     q = _exact(models["rare"], 'P=? [F "fail"]')
     assert 1e-9 < q < 1e-8

@@ -141,7 +141,7 @@ def test_workers_give_the_native_checkers_bits(model: Path, constants: str | Non
                                                kw: dict[str, str]) -> None:
     parts, induced, loop, deadlock, rewards = _explored(model, constants, prop, kw)
     assert induced.kind == "dtmc"
-    native = values_of(LocalEngine(matrix_of(induced), None, induced.initial), induced, parts.spec)
+    native = values_of(LocalEngine(matrix_of(induced), None, induced.initial, order="levels"), induced, parts.spec)
     # both ways of making the columns; values through the mailboxes, or through shared memory (3 workers)
     for w, direct, shm in ((1, None, False), (2, True, False), (3, False, True), (4, None, False)):
         workers = _split(parts, induced, loop, deadlock, rewards, w, direct)

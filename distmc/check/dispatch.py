@@ -76,13 +76,20 @@ def vector_result(spec: PropertySpec, value: np.ndarray, lower: np.ndarray, uppe
                   checker: str) -> CheckResult:
     """A native or distributed check's :class:`CheckResult` from its vectors at the initial states ``[I]``.
 
-    Value, bounds (``lower``/``upper``, widened for rounding; none for a step-bounded property), a value filter
+    Value, bounds (``lower``/``upper``, widened for rounding; a step-bounded property's those of its steps'
+    rounding where :func:`~distmc.check.native.values_of` gives them, else none), a value filter
     over the initial states (:data:`~distmc.check.result.VALUE_FILTERS`) applied to both, and, for a threshold, the
     truth (at every initial state; ``exists``: at one; ``count``: the value is the number of initial states that
     satisfy it) and whether the bounds settle it in every initial state.
     """
-    sound = spec.solution == "sound"
-    lo, hi = widen(lower, upper, spec.operator == "P") if sound else (None, None)
+    lo: np.ndarray | None
+    hi: np.ndarray | None
+    if spec.solution == "sound":
+        lo, hi = widen(lower, upper, spec.operator == "P")
+    elif spec.solution == "steps" and not np.array_equal(lower, upper):  # the steps' rounding, bounded
+        lo, hi = (np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0)) if spec.operator == "P" else (lower, upper)
+    else:
+        lo = hi = None
     result, bounds = summarise(value, lo, hi, spec.filter if spec.filter in VALUE_FILTERS else None)
     truth = decided = None
     if spec.threshold is not None:

@@ -17,9 +17,12 @@ could be explored can also be checked:
   reached the ``prob1`` states within k steps and the probability ``y`` of still being undecided give bounds
   ``x + y * [L, U]`` on every value, iterated until these bounds at the initial states meet the precision's rule
   (:class:`~distmc.check.result.Precision`: by default within 1e-12 absolute and 1e-6 relative); the report
-  gives these lower and upper bounds themselves (the value is their midpoint). A chain on which the bounds close
-  too slowly to get there within :data:`~distmc.check.checker.MAX_ITERATIONS` is stopped early
-  (:class:`~distmc.errors.SlowConvergenceError`);
+  gives these lower and upper bounds themselves (the value is their midpoint), widened by a third vector that
+  bounds the rounding of every step. The updates are in place (Gauss-Seidel), block by block through the
+  breadth-first levels from the initial states, deepest first, Jacobi within a level
+  (:mod:`distmc.check.gauss_seidel`): an acyclic part settles in one pass, and the order is the model's, not the
+  thread count's or the partition's. A chain on which the bounds close too slowly to get there within
+  :data:`~distmc.check.checker.MAX_ITERATIONS` is stopped early (:class:`~distmc.errors.SlowConvergenceError`);
 * ``R=? [F phi]``: infinite where ``phi`` is reached with probability below 1 (prob1 as above), 0 on ``phi``,
   elsewhere the same sound value iteration with the state's reward (state plus policy-weighted action reward)
   added in every step; ``R=? [C<=k]``: ``k`` steps of ``x <- r + P x`` from 0; ``R=? [I=k]``: ``k`` steps of
@@ -27,8 +30,9 @@ could be explored can also be checked:
 
 ``phi1`` and ``phi2`` are the property's atoms (labels the reducer wrote), ``true``/``false``, or their negation.
 Anything else (MDPs, nested P operators, lower step bounds, total or long-run rewards) is refused by
-:func:`~distmc.check.forms.unsupported`, and the caller keeps Storm. Products are Jacobi steps, parallel over rows and summed in row
-order, so the result does not depend on the thread count.
+:func:`~distmc.check.forms.unsupported`, and the caller keeps Storm. The step-bounded products are Jacobi steps,
+parallel over rows and summed in row order, so the result does not depend on the thread count; their bounds cover
+the steps' rounding (``(1 + g)^k``, :func:`_step_bounds`).
 """
 
 from __future__ import annotations
@@ -54,21 +58,34 @@ from distmc.check.kernels import ChunkedCSR, reach_back_from
 from distmc.check.properties import PropertySpec
 from distmc.check.result import DEFAULT_PRECISION, Precision
 from distmc.check.svi import EVERY, Engine, Stop, sound
+from distmc.check.topological import Components, components
 from distmc.errors import PropertyError
 
-__all__ = ["Engine", "LocalEngine", "Stop", "at_initial", "check_native", "matrix_of", "native_values", "values_of"]
+#: The update orders of :class:`LocalEngine`'s sound value iteration.
+ORDERS = ("components", "levels")
+
+__all__ = [
+    "ORDERS", "Engine", "LocalEngine", "Stop", "at_initial", "check_native", "matrix_of", "native_values", "values_of",
+]
 
 class LocalEngine:
     """The native checker's engine: the whole matrix in this process, nothing to exchange."""
 
     def __init__(self, matrix: ChunkedCSR, progress: Callable[[str], None] | None = None,
-                 initial: np.ndarray | None = None) -> None:
+                 initial: np.ndarray | None = None, order: str = "components") -> None:
         self.a = matrix
         self.n = matrix.n
         self.workers = 1
         #: where the breadth-first levels of the update order start (default: state 0)
         self._initial = np.zeros(min(self.n, 1), dtype=np.int64) if initial is None else initial
+        if order not in ORDERS:
+            raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)}")
+        #: the update order of sound value iteration: ``components`` (:mod:`distmc.check.topological`), or
+        #: ``levels`` (:mod:`distmc.check.gauss_seidel`: the distributed checker's, whose values it gives bit for bit)
+        self.order = order
         self._blocks: Blocks | None = None
+        self._components: tuple[np.ndarray, Components] | None = None
+        self._level: np.ndarray | None = None
         self._progress = progress
 
     def vector(self, own: np.ndarray) -> np.ndarray:
@@ -79,10 +96,21 @@ class LocalEngine:
 
     def sweep3(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray,
                g: float) -> None:
+        if self.order == "components":
+            if self._components is None or not np.array_equal(self._components[0], active):
+                self._components = (active.copy(), components(self.a, active, self._levels()))
+            self._components[1].sweep(self.a, lo, add, hi, w, active, g)
+            return
         if self._blocks is None:
-            level = levels(self.a, self._initial)
+            level = self._levels()
             self._blocks = level_blocks(level, int(level.max(initial=0)))
         self._blocks.sweep(self.a, lo, add, hi, w, active, g)
+
+    def _levels(self) -> np.ndarray:
+        # the breadth-first levels from the initial states, found once
+        if self._level is None:
+            self._level = levels(self.a, self._initial)
+        return self._level
 
     def row_gamma(self) -> float:
         return row_gamma(self.a)
