@@ -225,7 +225,7 @@ def warm_up() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="delivery,deep,cycles,cycles-reward,slow-chain,avoid")
+    ap.add_argument("--cases", default="delivery,deep,cycles,cycles-reward,slow-chain,avoid,nand,brp,crowds")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workers", type=int, default=None, help="also the distributed check on this many Ray workers")
     ap.add_argument("--json", default=None)

@@ -18,10 +18,12 @@ could be explored can also be checked:
   ``x + y * [L, U]`` on every value, iterated until these bounds at the initial states meet the precision's rule
   (:class:`~distmc.check.result.Precision`: by default within 1e-12 absolute and 1e-6 relative); the report
   gives these lower and upper bounds themselves (the value is their midpoint), widened by a third vector that
-  bounds the rounding of every step. The updates are in place (Gauss-Seidel), block by block through the
-  breadth-first levels from the initial states, deepest first, Jacobi within a level
-  (:mod:`distmc.check.gauss_seidel`): an acyclic part settles in one pass, and the order is the model's, not the
-  thread count's or the partition's. A chain on which the bounds close too slowly to get there within
+  bounds the rounding of every step. The updates are in place (Gauss-Seidel) in an order the model defines, not
+  the thread count or the partition: by default (``order="components"``, :mod:`distmc.check.topological`) the
+  strongly connected components of the undecided states bottom-up, each swept until it settles, a state's own
+  loop solved at once; or (``order="levels"``, :mod:`distmc.check.gauss_seidel`, the distributed checker's order)
+  block by block through the breadth-first levels from the initial states, deepest first, Jacobi within a level.
+  Either settles an acyclic part in one pass. A chain on which the bounds close too slowly to get there within
   :data:`~distmc.check.checker.MAX_ITERATIONS` is stopped early (:class:`~distmc.errors.SlowConvergenceError`);
 * ``R=? [F phi]``: infinite where ``phi`` is reached with probability below 1 (prob1 as above), 0 on ``phi``,
   elsewhere the same sound value iteration with the state's reward (state plus policy-weighted action reward)
@@ -99,7 +101,7 @@ class LocalEngine:
         if self.order == "components":
             if self._components is None or not np.array_equal(self._components[0], active):
                 self._components = (active.copy(), components(self.a, active, self._levels()))
-            self._components[1].sweep(self.a, lo, add, hi, w, active, g)
+            self._components[1].sweep(lo, add, hi, w, g)
             return
         if self._blocks is None:
             level = self._levels()

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from distmc.check.gauss_seidel import bounds_of, svi_stats
+from distmc.check.gauss_seidel import bounds_into, svi_stats
 from distmc.check.result import FLOAT_FLOOR, Precision
 from distmc.errors import SlowConvergenceError
 
@@ -164,7 +164,7 @@ def sound(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, stop: S
             mid, lower, upper = (x[: e.n].copy() for _ in range(3))
             if math.isfinite(hi - lo):  # else no relevant state is undecided: the others' values are not asked
                 mid[live] += y[live] * (lo + hi) / 2
-                lower[live], upper[live] = bounds_of(x[live], y[live], w[live], lo_r, hi_r)
+                bounds_into(x, y, w, live, lo_r, hi_r, lower, upper)
             return mid, lower, upper
         if i % EVERY == 0:
             e.check_limits()
