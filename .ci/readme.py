@@ -40,7 +40,7 @@ VENV = REPO / ".venv-readme"
 #: Commands the README shows that are not run here, and why (matched by their start).
 NOT_RUN = {
     'pip install torch==2.13.0 -e ".[test]"': "the test command: CI runs it itself, after this script",
-    "pip install torch==2.13.0 -e \".[dev]\"": "the developers' install (ruff, mypy); not a user's command",
+    'pip install torch==2.13.0 -e ".[dev]"': "the developers' install (ruff, mypy); not a user's command",
     "nice -n 10 python benchmarks/train.py": "retrains every shipped policy (hours on this machine)",
     "python benchmarks/paper.py": "the paper's whole experiment (tens of minutes); tests/test_benchmarks.py checks it",
     "from sb3_contrib import MaskablePPO": "needs the rl extra, which the plain install leaves out; tests/test_gym.py",
@@ -189,7 +189,9 @@ def missing_line(output: str, lines: list[str]) -> str | None:
         pattern, numbers = line_matcher(shown)
         for j in range(at, len(printed)):
             m = pattern.fullmatch(printed[j])
-            if m and all(shown_as(float(got), value, cut) for got, (value, cut) in zip(m.groups(), numbers, strict=True)):
+            if m and all(
+                shown_as(float(got), value, cut) for got, (value, cut) in zip(m.groups(), numbers, strict=True)
+            ):
                 at = j + 1
                 break
         else:
@@ -211,8 +213,12 @@ def main() -> int:
     else:
         shutil.rmtree(VENV, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        env = {**os.environ, "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-               "VIRTUAL_ENV": str(VENV), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        env = {
+            **os.environ,
+            "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "VIRTUAL_ENV": str(VENV),
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        }
         env.pop("PYTHONPATH", None)
     passed = failed = 0
     try:
@@ -233,8 +239,11 @@ def main() -> int:
             if check.lines is not None:
                 missing = missing_line(res.stdout, check.lines)
             good = res.returncode == 0 and missing is None and (check.cell is None or agrees(res.stdout, check.cell))
-            shows = f"  [shows {check.cell}]" if check.cell else (f"  [{len(check.lines)} lines shown]"
-                                                                  if check.lines else "")
+            shows = (
+                f"  [shows {check.cell}]"
+                if check.cell
+                else (f"  [{len(check.lines)} lines shown]" if check.lines else "")
+            )
             print(f"{'ok' if good else 'FAILED'} ({took:.0f} s): {first[:110]}{shows}")
             if good:
                 passed += 1

@@ -373,8 +373,15 @@ def run_distmc(
     from distmc.api import verify
 
     t0 = time.perf_counter()
-    report = verify(model_path, prop, constants=constants or None, policy=str(policy), interface=interface, mode=mode,
-                    checker=checker)
+    report = verify(
+        model_path,
+        prop,
+        constants=constants or None,
+        policy=str(policy),
+        interface=interface,
+        mode=mode,
+        checker=checker,
+    )
     seconds = time.perf_counter() - t0
     assert not isinstance(report, tuple)
     return {
@@ -417,8 +424,12 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=1, help="torch intra-op threads, for both tools (default: %(default)s)"
     )
     ap.add_argument("--compare", action="store_true", help="also run distmc on the same network and compare")
-    ap.add_argument("--checker", default="auto", choices=["auto", "storm", "native"],
-                    help="distmc's checker with --compare (the callback approach always checks with Storm)")
+    ap.add_argument(
+        "--checker",
+        default="auto",
+        choices=["auto", "storm", "native"],
+        help="distmc's checker with --compare (the callback approach always checks with Storm)",
+    )
     ap.add_argument("--save", default=None, help="folder to keep the TorchScript network and interface file in")
     args = ap.parse_args(argv)
 

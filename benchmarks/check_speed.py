@@ -79,25 +79,46 @@ def cases(tmp: Path) -> dict[str, dict[str, Any]]:
         return str(path)
 
     return {
-        "delivery": {"model": str(REPO / "benchmarks/envs/delivery.prism"), "constants": "N=48,FUEL=480,slip=0.1",
-                     "policy": str(REPO / "benchmarks/policies/delivery_n48_f480/policy.pt"),
-                     "prop": 'P=? [F "delivered"]'},
+        "delivery": {
+            "model": str(REPO / "benchmarks/envs/delivery.prism"),
+            "constants": "N=48,FUEL=480,slip=0.1",
+            "policy": str(REPO / "benchmarks/policies/delivery_n48_f480/policy.pt"),
+            "prop": 'P=? [F "delivered"]',
+        },
         "deep": {"model": write("deep", DEEP.format(d=2000, w=400)), "prop": 'P=? [F "goal"]'},
         "cycles": {"model": write("cycles", CYCLES.format(d=1000, w=400)), "prop": 'P=? [F "goal"]'},
-        "cycles-reward": {"model": write("cycles", CYCLES.format(d=1000, w=400)), "prop": 'R=? [F x=D | f]',
-                          "note": "the expected steps (a reward of 1 a step: the structure below)"},
+        "cycles-reward": {
+            "model": write("cycles", CYCLES.format(d=1000, w=400)),
+            "prop": "R=? [F x=D | f]",
+            "note": "the expected steps (a reward of 1 a step: the structure below)",
+        },
         "slow-chain": {"model": write("slow", chain_text(10)), "prop": 'P=? [F "left"]'},
-        "avoid": {"model": str(REPO / "benchmarks/envs/avoid.prism"), "constants": "N=7,slickness=0.1",
-                  "prop": 'P=? [F "crash"]'},
+        "avoid": {
+            "model": str(REPO / "benchmarks/envs/avoid.prism"),
+            "constants": "N=7,slickness=0.1",
+            "prop": 'P=? [F "crash"]',
+        },
         # the QVBS's DTMCs that Storm's examples carry, at sizes this machine checks in seconds
-        "nand": {"model": write("nand", (STORM_DTMC / "nand-5-2.pm").read_text()
-                                .replace("const int N = 5;", "const int N = 20;")
-                                .replace("const int K = 2;", "const int K = 4;")),
-                 "prop": 'P=? [F "target"]'},
+        "nand": {
+            "model": write(
+                "nand",
+                (STORM_DTMC / "nand-5-2.pm")
+                .read_text()
+                .replace("const int N = 5;", "const int N = 20;")
+                .replace("const int K = 2;", "const int K = 4;"),
+            ),
+            "prop": 'P=? [F "target"]',
+        },
         "brp": {"model": str(STORM_DTMC / "brp.pm"), "constants": "N=8192,MAX=10", "prop": "P=? [F srep=3]"},
-        "crowds": {"model": write("crowds", (STORM_DTMC / "crowds5_5.pm").read_text()
-                                  .replace("const int TotalRuns = 5;", "const int TotalRuns = 9;")),
-                   "prop": 'P=? [F "observe0Greater1"]'},
+        "crowds": {
+            "model": write(
+                "crowds",
+                (STORM_DTMC / "crowds5_5.pm")
+                .read_text()
+                .replace("const int TotalRuns = 5;", "const int TotalRuns = 9;"),
+            ),
+            "prop": 'P=? [F "observe0Greater1"]',
+        },
     }
 
 
@@ -151,14 +172,23 @@ def run_case(name: str, c: dict[str, Any], repeat: int, workers: int | None) -> 
     explore_s = time.perf_counter() - t
     spec = parse_properties(prop, load_model(c["model"], c.get("constants"))).specs[0]
     storm_model = to_storm(induced)
-    row: dict[str, Any] = {"case": name, "prop": prop, "states": report.states, "transitions": report.transitions,
-                           "run_s": round(explore_s, 2), "checkers": {}}
+    row: dict[str, Any] = {
+        "case": name,
+        "prop": prop,
+        "states": report.states,
+        "transitions": report.transitions,
+        "run_s": round(explore_s, 2),
+        "checkers": {},
+    }
     for m in STORM:
-        s, res = timed(lambda m=m: check(storm_model, spec, induced.kind, induced.initial, Precision(),
-                                         env=storm_env(m)), repeat)
-        row["checkers"][f"storm {m.lower()}"] = ({"check_s": round(s, 3), "value": res.value, "bounds": res.bounds}
-                                                 if not isinstance(res, Exception) else
-                                                 {"check_s": round(s, 3), "error": str(res)[:200]})
+        s, res = timed(
+            lambda m=m: check(storm_model, spec, induced.kind, induced.initial, Precision(), env=storm_env(m)), repeat
+        )
+        row["checkers"][f"storm {m.lower()}"] = (
+            {"check_s": round(s, 3), "value": res.value, "bounds": res.bounds}
+            if not isinstance(res, Exception)
+            else {"check_s": round(s, 3), "error": str(res)[:200]}
+        )
     for order, label in (("components", "distmc native"), ("levels", "distmc native, levels")):
         cnt = [0]
 
@@ -176,14 +206,19 @@ def run_case(name: str, c: dict[str, Any], repeat: int, workers: int | None) -> 
             return float(v[i]), (float(lo[i]), float(hi[i]))
 
         s, res = timed(native, repeat)
-        row["checkers"][label] = ({"check_s": round(s, 3), "value": res[0], "bounds": res[1],
-                                   "passes": cnt[0] // repeat} if not isinstance(res, Exception) else
-                                  {"check_s": round(s, 3), "error": str(res)[:200]})
+        row["checkers"][label] = (
+            {"check_s": round(s, 3), "value": res[0], "bounds": res[1], "passes": cnt[0] // repeat}
+            if not isinstance(res, Exception)
+            else {"check_s": round(s, 3), "error": str(res)[:200]}
+        )
     if workers:
         r = verify(c["model"], prop, checker="distributed", workers=workers, **kw)
         assert not isinstance(r, tuple)
-        row["checkers"][f"distmc distributed w{workers}"] = {"check_s": round(r.timings["check_s"], 3),
-                                                             "value": r.result, "bounds": r.bounds}
+        row["checkers"][f"distmc distributed w{workers}"] = {
+            "check_s": round(r.timings["check_s"], 3),
+            "value": r.result,
+            "bounds": r.bounds,
+        }
     return row
 
 
@@ -196,8 +231,10 @@ def _inside(value: Any, bounds: Any) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """The Markdown table: each checker's time, its ratio to Storm's sound VI, its value, and for Storm's values
     whether they lie within distmc native's bounds (for distmc's checkers: the width of their bounds)."""
-    out = ["| case | states | transitions | checker | check s | x Storm SVI | value | in native's bounds / width |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| case | states | transitions | checker | check s | x Storm SVI | value | in native's bounds / width |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         svi = r["checkers"]["storm sound_value_iteration"]["check_s"]
         ours = r["checkers"]["distmc native"].get("bounds")
@@ -209,8 +246,11 @@ def table(rows: list[dict[str, Any]]) -> str:
                 continue
             extra = f" ({c['passes']} passes)" if "passes" in c else ""
             b = c.get("bounds")
-            last = (f"{b[1] - b[0]:.1e}" if name.startswith("distmc") and isinstance(b, (list, tuple))
-                    else _inside(c["value"], ours))
+            last = (
+                f"{b[1] - b[0]:.1e}"
+                if name.startswith("distmc") and isinstance(b, (list, tuple))
+                else _inside(c["value"], ours)
+            )
             out.append(f"{head} {name}{extra} | {c['check_s']} | {ratio} | {c['value']!r} | {last} |")
     return "\n".join(out)
 
@@ -237,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in a.cases.split(","):
             rows.append(run_case(name, all_cases[name], a.repeat, a.workers))
             print(table(rows[-1:]), flush=True)
-    print(f"\n# {' '.join(sys.argv)}\n# machine: {platform.node()}, {platform.machine()}; "
-          f"{time.strftime('%Y-%m-%d %H:%M')}\n")
+    print(
+        f"\n# {' '.join(sys.argv)}\n# machine: {platform.node()}, {platform.machine()}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}\n"
+    )
     print(table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

@@ -63,18 +63,24 @@ def main(argv: list[str] | None = None) -> int:
     r0 = runs[False][0][2]
     for _, _, r in runs[False] + runs[True]:
         assert (r.states, r.transitions, r.result) == (r0.states, r0.transitions, r0.result)  # type: ignore[attr-defined]
-    print(f"{Path(a.model).name} {a.const}  {a.prop}; stochastic, uniform policy; {r0.states} states, "  # type: ignore[attr-defined]
-          f"{r0.transitions} transitions; {a.workers} Ray workers")  # type: ignore[attr-defined]
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
-          f"checkpoint on {base} ({disk / 2**20:.0f} MiB per run)")
+    print(
+        f"{Path(a.model).name} {a.const}  {a.prop}; stochastic, uniform policy; {r0.states} states, "  # type: ignore[attr-defined]
+        f"{r0.transitions} transitions; {a.workers} Ray workers"
+    )  # type: ignore[attr-defined]
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
+        f"checkpoint on {base} ({disk / 2**20:.0f} MiB per run)"
+    )
     print()
     print("| pair | explore s without | explore s with | ratio | total s without | total s with |")
     print("|---|---|---|---|---|---|")
     for i, (no, yes) in enumerate(zip(runs[False], runs[True], strict=True)):
         print(f"| {i + 1} | {no[0]:.2f} | {yes[0]:.2f} | {yes[0] / no[0]:.2f} | {no[1]:.2f} | {yes[1]:.2f} |")
     best_no, best_yes = min(x[0] for x in runs[False]), min(x[0] for x in runs[True])
-    print(f"\nfastest exploration: {best_no:.2f} s without, {best_yes:.2f} s with checkpoints: "
-          f"ratio {best_yes / best_no:.2f}")
+    print(
+        f"\nfastest exploration: {best_no:.2f} s without, {best_yes:.2f} s with checkpoints: "
+        f"ratio {best_yes / best_no:.2f}"
+    )
     return 0
 
 

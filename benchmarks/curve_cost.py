@@ -56,8 +56,16 @@ def checkpoints(env: str, count: int = 10, every: int = 2048) -> list[str]:
     from distmc.integrations.sb3 import VerifyCallback
 
     penv = PrismEnv(model, small, max_steps=60, **kw)
-    ppo = PPO("MlpPolicy", penv, seed=0, n_steps=1024, batch_size=128, device="cpu", verbose=0,
-              policy_kwargs={"net_arch": [64, 64]})
+    ppo = PPO(
+        "MlpPolicy",
+        penv,
+        seed=0,
+        n_steps=1024,
+        batch_size=128,
+        device="cpu",
+        verbose=0,
+        policy_kwargs={"net_arch": [64, 64]},
+    )
     cb = VerifyCallback(model, PROP, every=every, directory=out, constants=small)
     t0 = time.perf_counter()
     ppo.learn(count * every, callback=cb)
@@ -85,8 +93,15 @@ def in_process(env: str, pols: list[str], compare: int) -> dict:
     for p in pols[:compare]:
         t0 = time.perf_counter()
         r = verify(model, PROP, o, policy=p)
-        full.append({"seconds": time.perf_counter() - t0, "value": float(r.result), "timings": r.timings,
-                     "states": r.states, "transitions": r.transitions})
+        full.append(
+            {
+                "seconds": time.perf_counter() - t0,
+                "value": float(r.result),
+                "timings": r.timings,
+                "states": r.states,
+                "transitions": r.transitions,
+            }
+        )
     t0 = time.perf_counter()
     sm = SharedModel(model, PROP, o)
     explore_s = time.perf_counter() - t0
@@ -95,12 +110,22 @@ def in_process(env: str, pols: list[str], compare: int) -> dict:
     diff = max(abs(f["value"] - p.value) for f, p in zip(full, pts, strict=False))
     same = all(f["states"] == p.states and f["transitions"] == p.transitions for f, p in zip(full, pts, strict=False))
     one = full[1]["seconds"]
-    return {"full_runs_s": [f["seconds"] for f in full], "full_timings": full[1]["timings"], "one_run_s": one,
-            "states": full[0]["states"], "transitions": full[0]["transitions"],
-            "mdp_transitions": sm.mdp.n_transitions, "shared_explore_s": explore_s,
-            "per_checkpoint_s": [p.seconds for p in pts], "shared_s": shared_s, "ratio": shared_s / one,
-            "separate_s": sum(f["seconds"] for f in full), "compared": len(full), "max_difference": diff,
-            "same_counts": same}
+    return {
+        "full_runs_s": [f["seconds"] for f in full],
+        "full_timings": full[1]["timings"],
+        "one_run_s": one,
+        "states": full[0]["states"],
+        "transitions": full[0]["transitions"],
+        "mdp_transitions": sm.mdp.n_transitions,
+        "shared_explore_s": explore_s,
+        "per_checkpoint_s": [p.seconds for p in pts],
+        "shared_s": shared_s,
+        "ratio": shared_s / one,
+        "separate_s": sum(f["seconds"] for f in full),
+        "compared": len(full),
+        "max_difference": diff,
+        "same_counts": same,
+    }
 
 
 def main() -> None:
@@ -110,27 +135,43 @@ def main() -> None:
     ap.add_argument("--compare", type=int, default=10, help="checkpoints also run separately in the process (>= 2)")
     ap.add_argument("--no-cli", action="store_true", help="skip the command-line comparison")
     args = ap.parse_args()
-    out: dict = {"command": " ".join(["python", "benchmarks/curve_cost.py", *sys.argv[1:]]),
-                 "machine": f"{platform.node()} {os.cpu_count()} cores", "load_before": os.getloadavg(), "envs": {}}
+    out: dict = {
+        "command": " ".join(["python", "benchmarks/curve_cost.py", *sys.argv[1:]]),
+        "machine": f"{platform.node()} {os.cpu_count()} cores",
+        "load_before": os.getloadavg(),
+        "envs": {},
+    }
     for env in args.env:
         pols = checkpoints(env)
         model, _, big, _ = ENVS[env]
         run_s, curve_s = [], []
         for _ in range(0 if args.no_cli else args.repeat):
-            run_s.append(cli(["run", model, "--const", big, "--policy", pols[1], "--prop", PROP, "--checker",
-                              "native"]))
-            curve_s.append(cli(["curve", model, "--const", big, "--policies", *pols, "--prop", PROP, "--checker",
-                                "native"]))
-            print(f"{env} CLI: run {run_s[-1]:.1f} s, curve of {len(pols)} {curve_s[-1]:.1f} s "
-                  f"({curve_s[-1] / run_s[-1]:.2f} x)", flush=True)
-        res = {"checkpoints": pols, "cli_run_s": run_s, "cli_curve_s": curve_s,
-               "cli_ratio": min(curve_s) / min(run_s) if run_s else None,
-               "in_process": in_process(env, pols, max(2, args.compare))}
+            run_s.append(
+                cli(["run", model, "--const", big, "--policy", pols[1], "--prop", PROP, "--checker", "native"])
+            )
+            curve_s.append(
+                cli(["curve", model, "--const", big, "--policies", *pols, "--prop", PROP, "--checker", "native"])
+            )
+            print(
+                f"{env} CLI: run {run_s[-1]:.1f} s, curve of {len(pols)} {curve_s[-1]:.1f} s "
+                f"({curve_s[-1] / run_s[-1]:.2f} x)",
+                flush=True,
+            )
+        res = {
+            "checkpoints": pols,
+            "cli_run_s": run_s,
+            "cli_curve_s": curve_s,
+            "cli_ratio": min(curve_s) / min(run_s) if run_s else None,
+            "in_process": in_process(env, pols, max(2, args.compare)),
+        }
         ip = res["in_process"]
-        print(f"{env} in one process: full run {ip['one_run_s']:.2f} s {ip['full_timings']}; shared exploration "
-              f"{ip['shared_explore_s']:.2f} s, per checkpoint {[round(s, 2) for s in ip['per_checkpoint_s']]}, "
-              f"all {ip['shared_s']:.2f} s = {ip['ratio']:.2f} x; {ip['compared']} separate {ip['separate_s']:.1f} s; "
-              f"largest difference {ip['max_difference']:.1e}, same counts {ip['same_counts']}", flush=True)
+        print(
+            f"{env} in one process: full run {ip['one_run_s']:.2f} s {ip['full_timings']}; shared exploration "
+            f"{ip['shared_explore_s']:.2f} s, per checkpoint {[round(s, 2) for s in ip['per_checkpoint_s']]}, "
+            f"all {ip['shared_s']:.2f} s = {ip['ratio']:.2f} x; {ip['compared']} separate {ip['separate_s']:.1f} s; "
+            f"largest difference {ip['max_difference']:.1e}, same counts {ip['same_counts']}",
+            flush=True,
+        )
         out["envs"][env] = res
     out["load_after"] = os.getloadavg()
     path = REPO / "benchmarks" / f"curve_cost_{'_'.join(args.env)}.json"

@@ -109,13 +109,27 @@ def run(model: str, const: str, prop: str, spec: str, threads: int | None) -> di
     driver, checker = spec.split(":")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = [sys.executable, "-m", "distmc.cli", "run", model, "--const", const, "--prop", prop, "--checker",
-               checker, "--quiet", "--json", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "distmc.cli",
+            "run",
+            model,
+            "--const",
+            const,
+            "--prop",
+            prop,
+            "--checker",
+            checker,
+            "--quiet",
+            "--json",
+            str(out),
+        ]
         env = dict(os.environ)
         if driver == "local":
             cmd += ["--driver", "local"]
         else:
-            cmd += ["--driver", "ray", "--workers", driver[len("ray"):]]
+            cmd += ["--driver", "ray", "--workers", driver[len("ray") :]]
         if threads:
             cmd += ["--threads-per-worker", str(threads)]
         load0 = os.getloadavg()[0]
@@ -136,8 +150,12 @@ def speed_table(reports: list[dict[str, object]], limit: dict[str, float] | None
     base = next((r for r in reports if r["spec"].startswith("ray1:")), None)  # type: ignore[union-attr]
     if base is None:
         return []
-    lines = ["", "| run | levels s | speed-up (levels) | parts + check s | speed-up (check) | explore + check s | "
-             "speed-up (both) | limit (2 procs) | speed-up / limit |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "| run | levels s | speed-up (levels) | parts + check s | speed-up (check) | explore + check s | "
+        "speed-up (both) | limit (2 procs) | speed-up / limit |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
 
     def parts(r: dict[str, object]) -> tuple[float, float]:
         t = r["timings"]  # type: ignore[index]
@@ -151,15 +169,21 @@ def speed_table(reports: list[dict[str, object]], limit: dict[str, float] | None
         both = (b_lv + b_ck) / (lv + ck)
         lim = f"{limit['limit']:.2f}" if limit else "-"
         frac = f"{both / limit['limit']:.2f}" if limit else "-"
-        lines.append(f"| {r['spec']} | {lv:.1f} | {b_lv / lv:.2f} | {ck:.1f} | {b_ck / ck:.2f} | {lv + ck:.1f} | "
-                     f"{both:.2f} | {lim} | {frac} |")
+        lines.append(
+            f"| {r['spec']} | {lv:.1f} | {b_lv / lv:.2f} | {ck:.1f} | {b_ck / ck:.2f} | {lv + ck:.1f} | "
+            f"{both:.2f} | {lim} | {frac} |"
+        )
     return lines
 
 
 def cpu_table(reports: list[dict[str, object]]) -> list[str]:
     """Each worker's CPU seconds beside its wall seconds, exploring and checking (its thread budget)."""
-    lines = ["", "| run | worker | threads | explore CPU s | explore wall s | CPU/wall | check CPU s | check wall s | "
-             "CPU/wall | load before, after |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "| run | worker | threads | explore CPU s | explore wall s | CPU/wall | check CPU s | check wall s | "
+        "CPU/wall | load before, after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in reports:
         for i, w in enumerate(r["worker_stats"]):  # type: ignore[arg-type]
             if "explore_cpu_s" not in w:
@@ -167,8 +191,10 @@ def cpu_table(reports: list[dict[str, object]]) -> list[str]:
             ec, ew = w["explore_cpu_s"], w["explore_wall_s"]
             cc, cw = w.get("check_cpu_s", 0.0), w.get("check_wall_s", 0.0)
             th = ", ".join(f"{k} {v}" for k, v in w.get("threads", {}).items())
-            lines.append(f"| {r['spec']} | {i} | {th} | {ec:.1f} | {ew:.1f} | {ec / max(ew, 1e-9):.2f} | {cc:.1f} | "
-                         f"{cw:.1f} | {cc / max(cw, 1e-9):.2f} | {r['load'][0]:.1f}, {r['load'][1]:.1f} |")  # type: ignore[index]
+            lines.append(
+                f"| {r['spec']} | {i} | {th} | {ec:.1f} | {ew:.1f} | {ec / max(ew, 1e-9):.2f} | {cc:.1f} | "
+                f"{cw:.1f} | {cc / max(cw, 1e-9):.2f} | {r['load'][0]:.1f}, {r['load'][1]:.1f} |"
+            )  # type: ignore[index]
     return lines
 
 
@@ -180,8 +206,12 @@ def steps_of(prop: str) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(DEFAULT_MODEL))
-    ap.add_argument("--const", action="append", default=None,
-                    help="the model's constants (give it several times for several sizes; default avoid 8x8)")
+    ap.add_argument(
+        "--const",
+        action="append",
+        default=None,
+        help="the model's constants (give it several times for several sizes; default avoid 8x8)",
+    )
     ap.add_argument("--prop", default="P=? [F<=100 COLLISION=true]")
     ap.add_argument("--runs", default="local:native,ray1:distributed,ray2:distributed")
     ap.add_argument("--threads", type=int, default=None, help="kernel threads per process (default: as distmc sets)")
@@ -192,9 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     k = steps_of(a.prop)
     limit = two_process_limit() if a.limit else None
     if limit:
-        print(f"# two-process limit: a random gather (20 M reads of 400 MB) {limit['alone_s']:.3f} s alone, "
-              f"{limit['two_s']:.3f} s each when two processes gather at once: two workers can be at most "
-              f"{limit['limit']:.2f}x as fast as one on such work (load average {os.getloadavg()[0]:.1f})")
+        print(
+            f"# two-process limit: a random gather (20 M reads of 400 MB) {limit['alone_s']:.3f} s alone, "
+            f"{limit['two_s']:.3f} s each when two processes gather at once: two workers can be at most "
+            f"{limit['limit']:.2f}x as fast as one on such work (load average {os.getloadavg()[0]:.1f})"
+        )
     everything = []
     for const in a.const or ["xMax=8,yMax=8,slickness=0.1"]:
         reports = [run(a.model, const, a.prop, s, a.threads) for s in a.runs.split(",")]
@@ -205,18 +237,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def table(a: argparse.Namespace, const: str, k: int | None, reports: list[dict[str, object]],
-          limit: dict[str, float] | None) -> None:
+def table(
+    a: argparse.Namespace, const: str, k: int | None, reports: list[dict[str, object]], limit: dict[str, float] | None
+) -> None:
     """Print one model size's tables."""
     bw = float("nan") if a.no_bandwidth else bandwidth_gbs()  # after the runs: its 2 GiB are not in their memory
     first = reports[0]
     values = {repr(r["result"]) for r in reports}
-    print(f"\n# {Path(a.model).name} {const}  {a.prop}: {first['states']} states, {first['transitions']} "
-          f"transitions; {'the same value in every run' if len(values) == 1 else 'DIFFERENT VALUES: ' + str(values)}")
-    print(f"# machine: {platform.node()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d %H:%M')}; one core reads "
-          f"{bw:.1f} GB/s; threads per process: {a.threads or 'default'}")
-    print("| run | value | wall s | explore s | parts s | check s | driver peak GB | worker peaks GB | "
-          "B/transition held | ns/transition/step (check) | ns (kernel) |")
+    print(
+        f"\n# {Path(a.model).name} {const}  {a.prop}: {first['states']} states, {first['transitions']} "
+        f"transitions; {'the same value in every run' if len(values) == 1 else 'DIFFERENT VALUES: ' + str(values)}"
+    )
+    print(
+        f"# machine: {platform.node()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d %H:%M')}; one core reads "
+        f"{bw:.1f} GB/s; threads per process: {a.threads or 'default'}"
+    )
+    print(
+        "| run | value | wall s | explore s | parts s | check s | driver peak GB | worker peaks GB | "
+        "B/transition held | ns/transition/step (check) | ns (kernel) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in reports:
         t = r["timings"]
@@ -230,15 +269,19 @@ def table(a: argparse.Namespace, const: str, k: int | None, reports: list[dict[s
             if k:
                 kernel = f"{max(w['check_compute_s'] for w in ws) / (k * r['transitions'] / len(ws)) * 1e9:.2f}"
         per = f"{t['check_s'] / (k * r['transitions']) * 1e9:.2f}" if k else "-"
-        print(f"| {r['spec']} | {r['result']!r} | {r['wall_s']:.1f} | {t['explore_s']:.1f} | {t['assemble_s']:.1f} | "
-              f"{t['check_s']:.1f} | {mem.get('driver_peak_bytes', 0) / 1e9:.2f} | "
-              f"{', '.join(f'{b / 1e9:.2f}' for b in mem.get('worker_peak_bytes', []))} | {held} | {per} | {kernel} |")
+        print(
+            f"| {r['spec']} | {r['result']!r} | {r['wall_s']:.1f} | {t['explore_s']:.1f} | {t['assemble_s']:.1f} | "
+            f"{t['check_s']:.1f} | {mem.get('driver_peak_bytes', 0) / 1e9:.2f} | "
+            f"{', '.join(f'{b / 1e9:.2f}' for b in mem.get('worker_peak_bytes', []))} | {held} | {per} | {kernel} |"
+        )
         for i, w in enumerate(ws):
             if "check_compute_s" in w:
-                print(f"|   worker {i} | expand {w.get('expand_s', 0):.1f} s, exchange {w.get('exchange_s', 0):.1f} s, "
-                      f"idle {w.get('idle_s', 0):.1f} s (levels); check: compute {w['check_compute_s']:.1f} s, "
-                      f"exchange {w['check_exchange_s']:.1f} s, wait {w['check_wait_s']:.1f} s, "
-                      f"{w['check_bytes_sent'] / 1e6:.0f} MB sent | | | | | | | | | | |")
+                print(
+                    f"|   worker {i} | expand {w.get('expand_s', 0):.1f} s, exchange {w.get('exchange_s', 0):.1f} s, "
+                    f"idle {w.get('idle_s', 0):.1f} s (levels); check: compute {w['check_compute_s']:.1f} s, "
+                    f"exchange {w['check_exchange_s']:.1f} s, wait {w['check_wait_s']:.1f} s, "
+                    f"{w['check_bytes_sent'] / 1e6:.0f} MB sent | | | | | | | | | | |"
+                )
     print("\n".join(cpu_table(reports) + speed_table(reports, limit)))
 
 

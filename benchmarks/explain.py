@@ -46,25 +46,42 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--checker", default="auto")
     args = ap.parse_args()
-    print(f"{Path(args.model).name} {args.const}  {args.prop}; uniform policy, --traces {args.traces} --values; "
-          f"--checker {args.checker}")
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; load average "
-          f"{os.getloadavg()[0]:.1f}\n")
-    print("| workers | states | transitions | explore s | check s (checker) | traces s | values s | traces / check | "
-          "most probable trace | traces' mass / value | peak RSS GB |")
+    print(
+        f"{Path(args.model).name} {args.const}  {args.prop}; uniform policy, --traces {args.traces} --values; "
+        f"--checker {args.checker}"
+    )
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; load average "
+        f"{os.getloadavg()[0]:.1f}\n"
+    )
+    print(
+        "| workers | states | transitions | explore s | check s (checker) | traces s | values s | traces / check | "
+        "most probable trace | traces' mass / value | peak RSS GB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for w in [int(x) for x in args.workers.split(",")]:
-            job = {"model": args.model, "prop": args.prop, "const": args.const, "traces": args.traces,
-                   "values": str(Path(tmp) / f"values-{w}.parquet"), "workers": w, "checker": args.checker}
-            out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True,
-                                 check=True)
+            job = {
+                "model": args.model,
+                "prop": args.prop,
+                "const": args.const,
+                "traces": args.traces,
+                "values": str(Path(tmp) / f"values-{w}.parquet"),
+                "workers": w,
+                "checker": args.checker,
+            }
+            out = subprocess.run(
+                [sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True, check=True
+            )
             d = json.loads(out.stdout.strip().splitlines()[-1])
             t = d["timings"]
-            print(f"| {w} | {d['states']} | {d['transitions']} | {t['explore_s']:.2f} | {t['check_s']:.2f} "
-                  f"({d['checker']}) | {t['traces_s']:.2f} | {t['values_s']:.2f} | "
-                  f"{t['traces_s'] / t['check_s']:.2f} | {d['first']:.4g} ({d['steps']} steps) | "
-                  f"{d['mass']:.4g} / {d['result']:.6g} | {d['peak_rss'] / 1e9:.2f} |", flush=True)
+            print(
+                f"| {w} | {d['states']} | {d['transitions']} | {t['explore_s']:.2f} | {t['check_s']:.2f} "
+                f"({d['checker']}) | {t['traces_s']:.2f} | {t['values_s']:.2f} | "
+                f"{t['traces_s'] / t['check_s']:.2f} | {d['first']:.4g} ({d['steps']} steps) | "
+                f"{d['mass']:.4g} / {d['result']:.6g} | {d['peak_rss'] / 1e9:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

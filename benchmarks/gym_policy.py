@@ -33,8 +33,7 @@ ACTIONS = ["up", "down", "left", "right"]
 
 def env_steps(n: int, steps: int, cache_size: int) -> list[tuple[float, int]]:
     """Steps/s and kernel expansions of two consecutive runs of ``steps`` random steps in one environment."""
-    env = PrismEnv(GRID, f"N={n}", reward="steps", done_label=["crash", "goal"], max_steps=500,
-                   cache_size=cache_size)
+    env = PrismEnv(GRID, f"N={n}", reward="steps", done_label=["crash", "goal"], max_steps=500, cache_size=cache_size)
     rng = np.random.default_rng(0)
     _, info = env.reset(seed=0)
     out = []
@@ -53,8 +52,9 @@ def env_steps(n: int, steps: int, cache_size: int) -> list[tuple[float, int]]:
 def ppo_throughput(n: int, steps: int) -> float:
     from stable_baselines3 import PPO
 
-    env = PrismEnv(GRID, f"N={n}", reward="steps", reward_scale=-1, done_label=["crash", "goal"], max_steps=500,
-                   normalize=True)
+    env = PrismEnv(
+        GRID, f"N={n}", reward="steps", reward_scale=-1, done_label=["crash", "goal"], max_steps=500, normalize=True
+    )
     model = PPO("MlpPolicy", env, n_steps=1024, batch_size=256, n_epochs=1, seed=0, device="cpu")
     t = time.perf_counter()
     model.learn(steps)
@@ -65,8 +65,9 @@ def save_formats(tmp: Path) -> dict[str, tuple[str, str | None, bool]]:
     from stable_baselines3 import PPO
 
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
-                              torch.nn.Linear(64, 4)).eval()
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4)
+    ).eval()
     iface = {"features": FEATURES, "actions": ACTIONS, "output": "logits"}
     torch.jit.script(net).save(str(tmp / "ts.pt"))
     (tmp / "ts.json").write_text(json.dumps(iface))
@@ -103,22 +104,31 @@ def main() -> None:
     verify(GRID, 'P=? [F "crash"]', constants="N=3")  # warm-up: numba routines from their disk cache
     print("### PrismEnv steps (gridworld N=8, random enabled actions)\n")
     print(f"Two consecutive runs of {args.steps} steps in one environment (4096 states).\n")
-    print("| cache | run 1 steps/s | run 1 kernel expansions | run 2 steps/s | run 2 kernel expansions |\n"
-          "|---|---|---|---|---|")
+    print(
+        "| cache | run 1 steps/s | run 1 kernel expansions | run 2 steps/s | run 2 kernel expansions |\n"
+        "|---|---|---|---|---|"
+    )
     for label, size in (("per-state cache (default)", 200_000), ("one state (every step expands)", 1)):
         (r1, e1), (r2, e2) = env_steps(8, args.steps, size)
         print(f"| {label} | {r1:,.0f} | {e1} | {r2:,.0f} | {e2} |")
-    print(f"\nSB3 PPO (MlpPolicy 64-64, n_steps 1024, 1 epoch) on it: {ppo_throughput(8, 4096):,.0f} env steps/s "
-          "including training\n")
+    print(
+        f"\nSB3 PPO (MlpPolicy 64-64, n_steps 1024, 1 epoch) on it: {ppo_throughput(8, 4096):,.0f} env steps/s "
+        "including training\n"
+    )
     with tempfile.TemporaryDirectory() as d:
         formats = save_formats(Path(d))
-        print(f"### verify gridworld N={args.n}, P=? [F \"crash\"], stochastic, one 4-64-64-4 network per format\n")
-        print("| policy | value | states | policy_states | policy_calls | explore s | total s |\n|---|---|---|---|---|---|---|")
+        print(f'### verify gridworld N={args.n}, P=? [F "crash"], stochastic, one 4-64-64-4 network per format\n')
+        print(
+            "| policy | value | states | policy_states | policy_calls | explore s | total s |\n|---|---|---|---|---|---|---|"
+        )
         for name, (spec, iface, trust) in formats.items():
-            r = verify(GRID, 'P=? [F "crash"]', constants=f"N={args.n}", policy=spec, interface=iface,
-                       trust_policy=trust)
-            print(f"| {name} | {r.result:.12f} | {r.states} | {r.policy_states} | {r.policy_calls} | "
-                  f"{r.timings['explore_s']:.3f} | {r.timings['total_s']:.3f} |")
+            r = verify(
+                GRID, 'P=? [F "crash"]', constants=f"N={args.n}", policy=spec, interface=iface, trust_policy=trust
+            )
+            print(
+                f"| {name} | {r.result:.12f} | {r.states} | {r.policy_states} | {r.policy_calls} | "
+                f"{r.timings['explore_s']:.3f} | {r.timings['total_s']:.3f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,14 @@ def child(way: str, model: str, constants: str, prop: str) -> dict[str, float]:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     spec = parse_property(prop, load_model(model, constants))
     value = check(storm_model, spec, induced.kind, induced.initial).value
-    return {"seconds": dt, "peak_before_mb": before, "peak_mb": peak, "states": storm_model.nr_states,
-            "transitions": storm_model.nr_transitions, "value": value}
+    return {
+        "seconds": dt,
+        "peak_before_mb": before,
+        "peak_mb": peak,
+        "states": storm_model.nr_states,
+        "transitions": storm_model.nr_transitions,
+        "value": value,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,13 +60,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     res = {}
     for way in ("umb", "builder"):
-        p = subprocess.run([sys.executable, __file__, "--child", way, a.model, a.const, a.prop], capture_output=True,
-                           text=True, check=True)
+        p = subprocess.run(
+            [sys.executable, __file__, "--child", way, a.model, a.const, a.prop],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         res[way] = json.loads(p.stdout.strip().splitlines()[-1])
     u, b = res["umb"], res["builder"]
     assert (u["states"], u["transitions"]) == (b["states"], b["transitions"]), res
-    print(f"# {Path(a.model).name} {a.const}: {u['states']} states, {u['transitions']} transitions; "
-          f"value umb {u['value']} builder {b['value']}")
+    print(
+        f"# {Path(a.model).name} {a.const}: {u['states']} states, {u['transitions']} transitions; "
+        f"value umb {u['value']} builder {b['value']}"
+    )
     print("| hand-off | seconds | peak RSS before (MB) | peak RSS after (MB) |")
     print("|---|---|---|---|")
     for way, r in res.items():

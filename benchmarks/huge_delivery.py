@@ -65,11 +65,29 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"{args.part}_n{args.n}_f{args.fuel}"
     report = args.out / f"{name}.json"
-    cmd = [sys.executable, "-c", "from distmc.cli import main; main()", "run", str(MODEL), "--prop", PROP, "--const",
-           f"N={args.n},FUEL={args.fuel},slip=0.1", "--policy", str(TRAINED / "policy.pt"),
-           "--interface", str(interface(args.out, args.n, args.fuel)),
-           "--workers", str(args.workers), "--threads-per-worker", "1", *PARTS[args.part],
-           "--quiet", "--json", str(report)]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from distmc.cli import main; main()",
+        "run",
+        str(MODEL),
+        "--prop",
+        PROP,
+        "--const",
+        f"N={args.n},FUEL={args.fuel},slip=0.1",
+        "--policy",
+        str(TRAINED / "policy.pt"),
+        "--interface",
+        str(interface(args.out, args.n, args.fuel)),
+        "--workers",
+        str(args.workers),
+        "--threads-per-worker",
+        "1",
+        *PARTS[args.part],
+        "--quiet",
+        "--json",
+        str(report),
+    ]
     print("$", " ".join(cmd), flush=True)
     t = time.perf_counter()
     proc = subprocess.run(cmd, check=False)
@@ -78,10 +96,23 @@ def main() -> None:
     mem = r.get("memory", {})
     peaks = [mem.get("driver_peak_bytes", 0), *mem.get("worker_peak_bytes", [])]
     lo, hi = r["bounds"] if r.get("bounds") else (r["result"], r["result"])
-    summary = {"part": args.part, "n": args.n, "fuel": args.fuel, "command": " ".join(cmd), "exit": proc.returncode, "wall_s": round(wall, 1), "states": r["states"],
-               "transitions": r["transitions"], "bounds": [lo, hi], "width": hi - lo,
-               "frontier": r.get("frontier"), "peak_bytes": peaks, "peak_total_gb": round(sum(peaks) / 1e9, 2),
-               "timings": r.get("timings"), "rounds": [(x["states"], x["width"]) for x in r.get("rounds") or []]}
+    summary = {
+        "part": args.part,
+        "n": args.n,
+        "fuel": args.fuel,
+        "command": " ".join(cmd),
+        "exit": proc.returncode,
+        "wall_s": round(wall, 1),
+        "states": r["states"],
+        "transitions": r["transitions"],
+        "bounds": [lo, hi],
+        "width": hi - lo,
+        "frontier": r.get("frontier"),
+        "peak_bytes": peaks,
+        "peak_total_gb": round(sum(peaks) / 1e9, 2),
+        "timings": r.get("timings"),
+        "rounds": [(x["states"], x["width"]) for x in r.get("rounds") or []],
+    }
     (args.out / f"{name}_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
 

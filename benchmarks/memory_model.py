@@ -78,22 +78,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{Path(a.model).name}  {PROP}; stochastic, uniform policy; {a.workers} Ray workers")
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}")
     print()
-    print("| size | states | transitions | partition B/state | partition B/transition | actor RSS growth B/transition "
-          "| reducer B/transition (gathered) | (assembled) | + Storm, peak B/transition |")
+    print(
+        "| size | states | transitions | partition B/state | partition B/transition | actor RSS growth B/transition "
+        "| reducer B/transition (gathered) | (assembled) | + Storm, peak B/transition |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for size in a.sizes.split(","):
         const = f"xMax={size},yMax={size},slickness=0.1"
-        proc = subprocess.run([sys.executable, __file__, "--model", a.model, "--workers", str(a.workers),
-                               "--one", const], capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--model", a.model, "--workers", str(a.workers), "--one", const],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         n, t, ws = r["states"], r["transitions"], r["workers"]
         sb = sum(w["state_bytes"] for w in ws) / n
         tb = sum(w["row_bytes"] for w in ws) / t
         growth = sum(w["peak_rss"] - w["start_rss"] for w in ws) / t
         base = r["rss_parsed"][0]
-        print(f"| {size} | {n:,} | {t:,} | {sb:.1f} | {tb:.1f} | {growth:.1f} | "
-              f"{(r['rss_gathered'][1] - base) / t:.1f} | {(r['rss_assembled'][1] - base) / t:.1f} | "
-              f"{(r['rss_storm'][1] - base) / t:.1f} |")
+        print(
+            f"| {size} | {n:,} | {t:,} | {sb:.1f} | {tb:.1f} | {growth:.1f} | "
+            f"{(r['rss_gathered'][1] - base) / t:.1f} | {(r['rss_assembled'][1] - base) / t:.1f} | "
+            f"{(r['rss_storm'][1] - base) / t:.1f} |"
+        )
     return 0
 
 

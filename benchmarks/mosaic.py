@@ -28,20 +28,52 @@ from distmc.abstract.report import plot
 HERE = Path(__file__).parent
 
 
-def run(env_name: str, horizon: int, refine: int, fault: str, workers: int, png: str | None,
-        driver: str = "local", abstraction: str = "tree", **kw: object) -> dict:
+def run(
+    env_name: str,
+    horizon: int,
+    refine: int,
+    fault: str,
+    workers: int,
+    png: str | None,
+    driver: str = "local",
+    abstraction: str = "tree",
+    **kw: object,
+) -> dict:
     env, net = get_env(env_name), load_network(HERE / "policies" / f"{env_name.split('-')[0]}.json")
     t = time.perf_counter()
-    a = analyse(env, net, parse_fault(fault), horizon=horizon, refine=refine, workers=workers, driver=driver,
-                abstraction=abstraction, **kw)  # type: ignore[arg-type]
+    a = analyse(
+        env,
+        net,
+        parse_fault(fault),
+        horizon=horizon,
+        refine=refine,
+        workers=workers,
+        driver=driver,
+        abstraction=abstraction,
+        **kw,
+    )  # type: ignore[arg-type]
     wall = time.perf_counter() - t
     if png:
         plot(a, env, HERE / png)
-    return {"env": env_name, "abstraction": abstraction, "horizon": horizon, "refine_requested": refine, "refine_done": len(a.history) - 1,
-            "fault": fault, "driver": driver, "workers": workers, "wall_s": round(wall, 2), "split_s": a.stats["split_s"],
-            "initial_boxes": int(a.lo.shape[0]), "abstract_states": a.stats["abstract_states"],
-            "safe_fraction": round(a.safe_fraction(), 4), "unsafe_fraction": round(a.unsafe_fraction(), 4),
-            "loosened": a.stats["loosened"], "history": a.history if "validate" in kw else None, "_bounds": (a.lo, a.upper, a.lower)}
+    return {
+        "env": env_name,
+        "abstraction": abstraction,
+        "horizon": horizon,
+        "refine_requested": refine,
+        "refine_done": len(a.history) - 1,
+        "fault": fault,
+        "driver": driver,
+        "workers": workers,
+        "wall_s": round(wall, 2),
+        "split_s": a.stats["split_s"],
+        "initial_boxes": int(a.lo.shape[0]),
+        "abstract_states": a.stats["abstract_states"],
+        "safe_fraction": round(a.safe_fraction(), 4),
+        "unsafe_fraction": round(a.unsafe_fraction(), 4),
+        "loosened": a.stats["loosened"],
+        "history": a.history if "validate" in kw else None,
+        "_bounds": (a.lo, a.upper, a.lower),
+    }
 
 
 def split_phase(workers: int, n_theta: int = 64, n_speed: int = 64) -> dict:
@@ -58,8 +90,14 @@ def split_phase(workers: int, n_theta: int = 64, n_speed: int = 64) -> dict:
         t = time.perf_counter()
         p = s.split(lo, hi)
         dt = time.perf_counter() - t
-    return {"phase": "split", "boxes": int(lo.shape[0]), "pieces": int(p.owner.shape[0]), "workers": workers,
-            "split_s": round(dt, 3), "_pieces": p}
+    return {
+        "phase": "split",
+        "boxes": int(lo.shape[0]),
+        "pieces": int(p.owner.shape[0]),
+        "workers": workers,
+        "split_s": round(dt, 3),
+        "_pieces": p,
+    }
 
 
 def main() -> None:
@@ -86,16 +124,24 @@ def main() -> None:
 
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         for workers in (1, 2):
-            r = run("pendulum", args.horizon, args.refine, args.fault, workers, None, driver="ray",
-                    abstraction="lattice")
+            r = run(
+                "pendulum", args.horizon, args.refine, args.fault, workers, None, driver="ray", abstraction="lattice"
+            )
             print(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}))
         ray.shutdown()
     phases = [split_phase(w) for w in (1, 2)]
     for ph in phases:
         print(json.dumps({k: v for k, v in ph.items() if not k.startswith("_")}))
     a, b = phases[0]["_pieces"], phases[1]["_pieces"]
-    print(json.dumps({"identical_pieces_1_vs_2_workers": all(
-        np.array_equal(getattr(a, f), getattr(b, f)) for f in ("owner", "lo", "hi", "mask"))}))
+    print(
+        json.dumps(
+            {
+                "identical_pieces_1_vs_2_workers": all(
+                    np.array_equal(getattr(a, f), getattr(b, f)) for f in ("owner", "lo", "hi", "mask")
+                )
+            }
+        )
+    )
     if args.cartpole:
         r = run("cartpole-mosaic", 7, 50, "sticky:0.2", 2, "mosaic_cartpole.png", validate=8, time_limit=14 * 60)
         print(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}))

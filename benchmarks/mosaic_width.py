@@ -48,8 +48,11 @@ def main() -> None:
     ap.add_argument("--horizon", type=int, default=7)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    env, net, faults = get_env("cartpole-mosaic"), load_network(HERE / "policies" / "cartpole.json"), parse_fault(
-        "sticky:0.2")
+    env, net, faults = (
+        get_env("cartpole-mosaic"),
+        load_network(HERE / "policies" / "cartpole.json"),
+        parse_fault("sticky:0.2"),
+    )
     a = env.arrays()
     k, h = args.k, args.horizon
     lo, hi = grid(env, k)
@@ -63,17 +66,36 @@ def main() -> None:
 
     def report(what: str, up: np.ndarray, low: np.ndarray, t: float, **extra: object) -> None:
         assert (p <= up[box] + 1e-12).all() and (p >= low[box] - 1e-12).all()
-        print(json.dumps({"measure": what, "k": k, "boxes": k**4, "safe_fraction": float((up <= 0.05).mean()),
-                          "pointwise_safe_boxes": float((pmax <= 0.05).mean()),
-                          "mean_gap": float((up - pmax).mean()), "s": round(t, 1), **extra}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "measure": what,
+                    "k": k,
+                    "boxes": k**4,
+                    "safe_fraction": float((up <= 0.05).mean()),
+                    "pointwise_safe_boxes": float((pmax <= 0.05).mean()),
+                    "mean_gap": float((up - pmax).mean()),
+                    "s": round(t, 1),
+                    **extra,
+                }
+            ),
+            flush=True,
+        )
 
     for ms in (0, 1, 2):
         with Splitter(net, a["cell"], ms, use_cache=False) as sp:
             tb = TreeBounds(env, sp, faults)
             t = time.perf_counter()
             up, low = tb.bounds(lo, hi, h)
-            report("tree", up, low, time.perf_counter() - t, max_splits=ms, nodes=tb.stats["nodes"],
-                   pieces=tb.stats["pieces"])
+            report(
+                "tree",
+                up,
+                low,
+                time.perf_counter() - t,
+                max_splits=ms,
+                nodes=tb.stats["nodes"],
+                pieces=tb.stats["pieces"],
+            )
     with Splitter(net, a["cell"], 1) as sp:
         t = time.perf_counter()
         try:
@@ -93,10 +115,18 @@ def main() -> None:
         pts = np.concatenate([pts, blo[:, None, :] + w * corners[None]], axis=1)
         img = env.step(pts.reshape(-1, 4), np.repeat(u, pts.shape[1])).reshape(200, -1, 4)
         ratio = (ihi - ilo) / (img.max(axis=1) - img.min(axis=1))
-        print(json.dumps({"measure": "interval_step_vs_sampled_image", "box_fraction": frac,
-                          "median_width_ratio": np.median(ratio, axis=0).round(4).tolist(),
-                          "max_width_ratio": ratio.max(axis=0).round(4).tolist(),
-                          "dims": list(env.state_names)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "measure": "interval_step_vs_sampled_image",
+                    "box_fraction": frac,
+                    "median_width_ratio": np.median(ratio, axis=0).round(4).tolist(),
+                    "max_width_ratio": ratio.max(axis=0).round(4).tolist(),
+                    "dims": list(env.state_names),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,14 @@ def child(checker: str, model: str, constants: str, prop: str) -> dict[str, obje
 
     r = verify(model, prop, constants=constants, checker=checker)
     assert not isinstance(r, tuple)
-    return {"checker": r.checker, "value": r.result, "states": r.states, "transitions": r.transitions,
-            "timings": r.timings, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+    return {
+        "checker": r.checker,
+        "value": r.result,
+        "states": r.states,
+        "transitions": r.transitions,
+        "timings": r.timings,
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     res = {}
     for checker in a.checkers.split(","):
-        p = subprocess.run([sys.executable, __file__, "--child", checker, a.model, a.const, a.prop],
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            [sys.executable, __file__, "--child", checker, a.model, a.const, a.prop], capture_output=True, text=True
+        )
         if p.returncode != 0:
             print(f"{checker}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
             continue
@@ -62,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for c, r in res.items():
         t = r["timings"]
-        print(f"| {c} | {r['value']!r} | {t['explore_s']:.2f} | {t['assemble_s'] + t.get('handoff_s', 0.0):.2f} | {t['check_s']:.2f} | "
-              f"{t['total_s']:.2f} | {r['peak_mb']:.0f} |")
+        print(
+            f"| {c} | {r['value']!r} | {t['explore_s']:.2f} | {t['assemble_s'] + t.get('handoff_s', 0.0):.2f} | {t['check_s']:.2f} | "
+            f"{t['total_s']:.2f} | {r['peak_mb']:.0f} |"
+        )
     if len(res) == 2:
         sv, nv = res["storm"]["value"], res["native"]["value"]
         print(f"\n|storm - native| = {abs(sv - nv):.3g}")

@@ -89,8 +89,12 @@ def _options(t: dict[str, Any]) -> Any:
     from distmc.options import VerifyOptions
 
     policy = t["mode"] != "monolithic"
-    return VerifyOptions(constants=t["constants"] or None, policy=t["policy"] if policy else "uniform",
-                         interface=t["interface"] if policy else None, mode=t["mode"])
+    return VerifyOptions(
+        constants=t["constants"] or None,
+        policy=t["policy"] if policy else "uniform",
+        interface=t["interface"] if policy else None,
+        mode=t["mode"],
+    )
 
 
 def child_distmc(t: dict[str, Any]) -> dict[str, Any]:
@@ -103,8 +107,14 @@ def child_distmc(t: dict[str, Any]) -> dict[str, Any]:
     r = verify(t["file"], t["prop"], _options(t))
     seconds = time.perf_counter() - t0
     assert not isinstance(r, tuple)
-    return {"states": r.states, "transitions": r.transitions, "result": _value(r.result), "seconds": seconds,
-            "policy_states": r.policy_states, "timings": r.timings}
+    return {
+        "states": r.states,
+        "transitions": r.transitions,
+        "result": _value(r.result),
+        "seconds": seconds,
+        "policy_states": r.policy_states,
+        "timings": r.timings,
+    }
 
 
 def child_storm(t: dict[str, Any]) -> dict[str, Any]:
@@ -112,8 +122,12 @@ def child_storm(t: dict[str, Any]) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     r = storm_reference(t["file"], t["constants"] or None, t["prop"])
-    return {"states": r["states"], "transitions": r["transitions"], "result": _value(r["result"]),
-            "seconds": time.perf_counter() - t0}
+    return {
+        "states": r["states"],
+        "transitions": r["transitions"],
+        "result": _value(r["result"]),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def child_callback(t: dict[str, Any]) -> dict[str, Any]:
@@ -130,8 +144,14 @@ def child_callback(t: dict[str, Any]) -> dict[str, Any]:
         net = nn.Sequential(net, nn.Softmax(dim=-1))
     net.eval()
     r = run_callback(t["file"], t["constants"], t["prop"], net, t["mode"], spec["features"], spec["actions"])
-    return {"states": r["states"], "transitions": r["transitions"], "result": r["result"], "seconds": r["seconds"],
-            "network_calls": r["network_calls"], "timings": r["timings"]}
+    return {
+        "states": r["states"],
+        "transitions": r["transitions"],
+        "result": r["result"],
+        "seconds": r["seconds"],
+        "network_calls": r["network_calls"],
+        "timings": r["timings"],
+    }
 
 
 def child_profile(t: dict[str, Any]) -> dict[str, Any]:
@@ -157,10 +177,19 @@ def child_profile(t: dict[str, Any]) -> dict[str, Any]:
     r = verify(t["file"], t["prop"], _options(t))
     assert isinstance(r, Report)
     tm = r.timings
-    return {"seconds": tm["total_s"], "result": _value(r.result), "states": r.states,
-            "build_s": tm["parse_s"], "calibrate_s": spent["calibrate_s"], "explore_s": tm["explore_s"],
-            "forward_s": tm.get("policy_s", 0.0), "assemble_s": tm["assemble_s"] + tm.get("handoff_s", 0.0), "check_s": tm["check_s"],
-            "policy_states": r.policy_states, "forward_passes": r.policy_calls}
+    return {
+        "seconds": tm["total_s"],
+        "result": _value(r.result),
+        "states": r.states,
+        "build_s": tm["parse_s"],
+        "calibrate_s": spent["calibrate_s"],
+        "explore_s": tm["explore_s"],
+        "forward_s": tm.get("policy_s", 0.0),
+        "assemble_s": tm["assemble_s"] + tm.get("handoff_s", 0.0),
+        "check_s": tm["check_s"],
+        "policy_states": r.policy_states,
+        "forward_passes": r.policy_calls,
+    }
 
 
 CHILDREN = {"distmc": child_distmc, "storm": child_storm, "callback": child_callback, "profile": child_profile}
@@ -169,8 +198,14 @@ CHILDREN = {"distmc": child_distmc, "storm": child_storm, "callback": child_call
 def _spawn(task: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run one task in a fresh process; ``{"error": ...}`` or ``{"timeout": True}`` when it does not answer."""
     try:
-        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(task)], capture_output=True, text=True,
-                             timeout=timeout, check=False, cwd=REPO)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps(task)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=REPO,
+        )
     except subprocess.TimeoutExpired:
         return {"timeout": True}
     if out.returncode != 0:
@@ -214,15 +249,30 @@ def run(cases: list[Case], timeout: float, methods: tuple[str, ...]) -> list[dic
     rows = []
     for c in cases:
         for prop in c.properties:
-            base = {"file": str(c.file), "constants": c.constants, "prop": prop, "policy": str(c.policy),
-                    "interface": str(c.interface)}
+            base = {
+                "file": str(c.file),
+                "constants": c.constants,
+                "prop": prop,
+                "policy": str(c.policy),
+                "interface": str(c.interface),
+            }
             for method in methods:
                 kind, mode = method.split()
-                task = {**base, "kind": {"distmc": "distmc", "storm": "storm", "callback": "callback"}[kind],
-                        "mode": {"det": "deterministic", "stoch": "stochastic", "mono": "monolithic"}.get(mode, "")}
+                task = {
+                    **base,
+                    "kind": {"distmc": "distmc", "storm": "storm", "callback": "callback"}[kind],
+                    "mode": {"det": "deterministic", "stoch": "stochastic", "mono": "monolithic"}.get(mode, ""),
+                }
                 res = _spawn(task, timeout)
-                row = {"env": c.name, "origin": c.origin, "property": prop, "method": method, "hidden": c.hidden,
-                       "constants": c.constants, **res}
+                row = {
+                    "env": c.name,
+                    "origin": c.origin,
+                    "property": prop,
+                    "method": method,
+                    "hidden": c.hidden,
+                    "constants": c.constants,
+                    **res,
+                }
                 rows.append(row)
                 print(_line(row), flush=True)
     return rows
@@ -266,8 +316,10 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     ratios = _ratios(rows)
-    lines = ["| environment | property | method | states | transitions | result | time s | callback / distmc |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| environment | property | method | states | transitions | result | time s | callback / distmc |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         s, t, r, sec = _cells(row)
         ratio = ""
@@ -335,12 +387,20 @@ def ratio(env: str, repeat: int, timeout: float) -> int:
     """Print callback / distmc end-to-end ratios (stochastic mode) on one environment, and distmc's profile."""
     (case,) = project_cases([env])
     print(f"{case.name} [{case.constants}], network 2x{case.hidden}; stochastic mode; {repeat} alternating runs")
-    print("| property | run | distmc s | callback s | ratio | distmc: build (calibrate) / explore (forward) / "
-          "assemble / check s | policy states, forward passes | callback network calls |")
+    print(
+        "| property | run | distmc s | callback s | ratio | distmc: build (calibrate) / explore (forward) / "
+        "assemble / check s | policy states, forward passes | callback network calls |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for prop in case.properties:
-        task = {"file": str(case.file), "constants": case.constants, "prop": prop, "policy": str(case.policy),
-                "interface": str(case.interface), "mode": "stochastic"}
+        task = {
+            "file": str(case.file),
+            "constants": case.constants,
+            "prop": prop,
+            "policy": str(case.policy),
+            "interface": str(case.interface),
+            "mode": "stochastic",
+        }
         for i in range(repeat):
             d = _spawn({**task, "kind": "distmc"}, timeout)
             c = _spawn({**task, "kind": "callback"}, timeout)
@@ -348,10 +408,15 @@ def ratio(env: str, repeat: int, timeout: float) -> int:
             if "seconds" not in d or "seconds" not in c or "seconds" not in p:
                 print(f"| `{prop}` | {i + 1} | {d} | {c} | | | | |")
                 continue
-            prof = (f"{p['build_s']:.2f} ({p['calibrate_s']:.2f}) / {p['explore_s']:.2f} ({p['forward_s']:.2f}) / "
-                    f"{p['assemble_s']:.2f} / {p['check_s']:.2f}")
-            print(f"| `{prop}` | {i + 1} | {d['seconds']:.2f} | {c['seconds']:.2f} | {c['seconds'] / d['seconds']:.1f}x "
-                  f"| {prof} | {p['policy_states']:,}, {p['forward_passes']} | {c['network_calls']:,} |", flush=True)
+            prof = (
+                f"{p['build_s']:.2f} ({p['calibrate_s']:.2f}) / {p['explore_s']:.2f} ({p['forward_s']:.2f}) / "
+                f"{p['assemble_s']:.2f} / {p['check_s']:.2f}"
+            )
+            print(
+                f"| `{prop}` | {i + 1} | {d['seconds']:.2f} | {c['seconds']:.2f} | {c['seconds'] / d['seconds']:.1f}x "
+                f"| {prof} | {p['policy_states']:,}, {p['forward_passes']} | {c['network_calls']:,} |",
+                flush=True,
+            )
     return 0
 
 
@@ -365,8 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run (default: %(default)s)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md and the plot")
-    ap.add_argument("--ratio", metavar="ENV", help="instead: distmc vs callback (stochastic) on one project "
-                    "environment's properties, alternating, --repeat times, plus a profile of distmc's phases")
+    ap.add_argument(
+        "--ratio",
+        metavar="ENV",
+        help="instead: distmc vs callback (stochastic) on one project "
+        "environment's properties, alternating, --repeat times, plus a profile of distmc's phases",
+    )
     ap.add_argument("--repeat", type=int, default=2, help="runs per side with --ratio (default: %(default)s)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

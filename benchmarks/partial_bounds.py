@@ -89,28 +89,47 @@ def soundness(args: argparse.Namespace) -> int:
         for frac in (8, 4, 2):
             budget = max(2, full.states // frac)
             got = {}
-            for driver, extra in (("in-process", {}), ("2 workers", {"workers": 2, "driver": "ray"}),
-                                  ("in-process mass", {"order": "mass"})):
+            for driver, extra in (
+                ("in-process", {}),
+                ("2 workers", {"workers": 2, "driver": "ray"}),
+                ("in-process mass", {"order": "mass"}),
+            ):
                 t = time.perf_counter()
                 r = verify(model, prop, constants=consts, max_states=budget, **kw, **extra)  # type: ignore[arg-type]
                 assert isinstance(r, Report)
                 ends = _ends(r) if r.partial else [(v, v) for v in _values(r)]
                 inside = all(lo - TOL <= v <= hi + TOL for v, (lo, hi) in zip(_values(full), ends, strict=True))
-                nested = driver not in last or all(a[0] - TOL <= b[0] and b[1] <= a[1] + TOL
-                                                   for a, b in zip(last[driver], ends, strict=True))
+                nested = driver not in last or all(
+                    a[0] - TOL <= b[0] and b[1] <= a[1] + TOL for a, b in zip(last[driver], ends, strict=True)
+                )
                 got[driver] = ends
                 last[driver] = ends
-                row = {"model": name, "property": prop, "full_states": full.states, "budget": budget,
-                       "driver": driver, "states": r.states, "partial": r.partial, "bounds": ends,
-                       "value": _values(full), "inside": inside, "nested": nested,
-                       "time_s": round(time.perf_counter() - t, 3)}
+                row = {
+                    "model": name,
+                    "property": prop,
+                    "full_states": full.states,
+                    "budget": budget,
+                    "driver": driver,
+                    "states": r.states,
+                    "partial": r.partial,
+                    "bounds": ends,
+                    "value": _values(full),
+                    "inside": inside,
+                    "nested": nested,
+                    "time_s": round(time.perf_counter() - t, 3),
+                }
                 rows.append(row)
                 if not (inside and nested):
                     failures.append(row)
-                print(f"{name:22s} {prop:38s} budget {budget:>7d} {driver:10s} states {r.states:>7d} "
-                      f"bounds {ends} value {_values(full)} {'ok' if inside and nested else 'FAIL'}", flush=True)
-            same = all(abs(a[0] - b[0]) <= 1e-12 and abs(a[1] - b[1]) <= 1e-12
-                       for a, b in zip(got["in-process"], got["2 workers"], strict=True))
+                print(
+                    f"{name:22s} {prop:38s} budget {budget:>7d} {driver:10s} states {r.states:>7d} "
+                    f"bounds {ends} value {_values(full)} {'ok' if inside and nested else 'FAIL'}",
+                    flush=True,
+                )
+            same = all(
+                abs(a[0] - b[0]) <= 1e-12 and abs(a[1] - b[1]) <= 1e-12
+                for a, b in zip(got["in-process"], got["2 workers"], strict=True)
+            )
             rows[-1]["same_as_in_process"] = same
             if not same:
                 failures.append({"model": name, "property": prop, "budget": budget, "differ": got})
@@ -132,19 +151,35 @@ def efficiency(args: argparse.Namespace) -> int:
     assert isinstance(full, Report)
     full_s = time.perf_counter() - t
     print(f"full model: {full.states} states, value {full.result}, {full_s:.1f} s", flush=True)
-    out: dict[str, object] = {"model": args.model, "constants": args.const, "property": args.prop,
-                              "policy": args.policy, "full_states": full.states, "full_value": full.result,
-                              "full_s": round(full_s, 2), "orders": {}}
+    out: dict[str, object] = {
+        "model": args.model,
+        "constants": args.const,
+        "property": args.prop,
+        "policy": args.policy,
+        "full_states": full.states,
+        "full_value": full.result,
+        "full_s": round(full_s, 2),
+        "orders": {},
+    }
     for order in ("mass", "bfs"):
         t = time.perf_counter()
-        r = verify(args.model, args.prop, **kw, width=args.width, order=order,  # type: ignore[arg-type]
-                   max_states=full.states)
+        r = verify(
+            args.model,
+            args.prop,
+            **kw,
+            width=args.width,
+            order=order,  # type: ignore[arg-type]
+            max_states=full.states,
+        )
         assert isinstance(r, Report) and r.rounds is not None
         rounds = [dict(x, bounds=x["bounds"]) for x in r.rounds]
         for x in rounds:
             x["fraction"] = x["explored_states"] / full.states
-            print(f"{order:4s} round {x['round']:2d}: {x['explored_states']:>9d} states explored "
-                  f"({100 * x['fraction']:.1f}%), width {x['width']:.3g}", flush=True)
+            print(
+                f"{order:4s} round {x['round']:2d}: {x['explored_states']:>9d} states explored "
+                f"({100 * x['fraction']:.1f}%), width {x['width']:.3g}",
+                flush=True,
+            )
         out["orders"][order] = {"rounds": rounds, "time_s": round(time.perf_counter() - t, 2)}  # type: ignore[index]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))

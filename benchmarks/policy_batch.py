@@ -31,8 +31,14 @@ import torch
 
 def mlp(hidden: int, inputs: int, outputs: int) -> torch.nn.Sequential:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(inputs, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
-                               torch.nn.ReLU(), torch.nn.Linear(hidden, outputs), torch.nn.Softmax(dim=-1)).eval()
+    return torch.nn.Sequential(
+        torch.nn.Linear(inputs, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, outputs),
+        torch.nn.Softmax(dim=-1),
+    ).eval()
 
 
 def batch_sizes() -> None:
@@ -57,9 +63,14 @@ def batch_sizes() -> None:
 
 
 #: A model with 10 variables in [0, 15] and 5 actions (only its variables matter here: the network's inputs).
-MODEL = ("mdp\nmodule m\n" + "".join(f"  v{i} : [0..15] init 0;\n" for i in range(10))
-         + "".join(f"  [a{a}] true -> 1 : " + " & ".join(f"(v{i}'=mod(v{i}+{a},16))" for i in range(10)) + ";\n"
-                   for a in range(5)) + "endmodule\n")
+MODEL = (
+    "mdp\nmodule m\n"
+    + "".join(f"  v{i} : [0..15] init 0;\n" for i in range(10))
+    + "".join(
+        f"  [a{a}] true -> 1 : " + " & ".join(f"(v{i}'=mod(v{i}+{a},16))" for i in range(10)) + ";\n" for a in range(5)
+    )
+    + "endmodule\n"
+)
 
 
 def dtypes(repeat: int, n_states: int) -> None:
@@ -88,8 +99,10 @@ def dtypes(repeat: int, n_states: int) -> None:
                         pol.forward(states)
                         best[d] = min(best[d], time.perf_counter() - t)
                 r32, r64 = n_states / best["float32"], n_states / best["float64"]
-                print(f"| 2x{hidden} | {threads} | {r32:,.0f} | {r64:,.0f} | {best['float64'] / best['float32']:.2f} |",
-                      flush=True)
+                print(
+                    f"| 2x{hidden} | {threads} | {r32:,.0f} | {r64:,.0f} | {best['float64'] / best['float32']:.2f} |",
+                    flush=True,
+                )
 
 
 def main() -> int:
@@ -98,8 +111,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--states", type=int, default=65536)
     args = ap.parse_args()
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}; "
-          f"{time.strftime('%Y-%m-%d %H:%M')}; torch {torch.__version__}, {torch.get_num_threads()} threads available")
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; torch {torch.__version__}, {torch.get_num_threads()} threads available"
+    )
     print()
     if args.dtype:
         dtypes(args.repeat, args.states)

@@ -55,9 +55,27 @@ def main() -> None:
 
     def sample() -> None:
         for p, f in out.items():
-            procs.append(subprocess.Popen(["py-spy", "record", "--pid", p, "--duration", str(args.seconds), "--rate",
-                                           "50", "--format", "raw", "--nonblocking", "-o", str(f)],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        "py-spy",
+                        "record",
+                        "--pid",
+                        p,
+                        "--duration",
+                        str(args.seconds),
+                        "--rate",
+                        "50",
+                        "--format",
+                        "raw",
+                        "--nonblocking",
+                        "-o",
+                        str(f),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
 
     threading.Thread(target=sample).start()
     time.sleep(1)

@@ -68,9 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     got = verify(a.model, None, props=[p for _, p in kinds], constants=a.const, keep_model=True)
     assert isinstance(got, tuple)
     report, induced = got
-    print(f"{a.model} {a.const}: {report.states} states, {report.transitions} transitions; one exploration for "
-          f"{len(kinds)} properties in {time.perf_counter() - t:.1f} s (largest single-property model: "
-          f"{max(report.single_states)} states)\n")
+    print(
+        f"{a.model} {a.const}: {report.states} states, {report.transitions} transitions; one exploration for "
+        f"{len(kinds)} properties in {time.perf_counter() - t:.1f} s (largest single-property model: "
+        f"{max(report.single_states)} states)\n"
+    )
     storm_model = to_storm(induced)
     props = PropertySet([parse_properties(p, model).specs[0] for _, p in kinds])
     storm = check_properties(props, induced, ["storm"] * len(kinds), Precision(), lambda: storm_model)

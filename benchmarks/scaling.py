@@ -49,14 +49,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--address", default=None)
     ap.add_argument("--repeat", type=int, default=1, help="runs per worker count (the fastest is kept)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="compiled-kernel threads per Ray worker, and of the in-process reference run (default: "
-                         "the in-process run uses every core, a worker the cores divided by the workers)")
-    ap.add_argument("--policy-servers", type=int, default=0,
-                    help="0: a policy replica in every worker; N: N policy-server actors (one GPU each where there "
-                         "are GPUs) serve the workers; compare the two on a GPU machine")
-    ap.add_argument("--checker", default="native",
-                    help="checker of every run (the exploration is what is timed; native is the quicker check)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="compiled-kernel threads per Ray worker, and of the in-process reference run (default: "
+        "the in-process run uses every core, a worker the cores divided by the workers)",
+    )
+    ap.add_argument(
+        "--policy-servers",
+        type=int,
+        default=0,
+        help="0: a policy replica in every worker; N: N policy-server actors (one GPU each where there "
+        "are GPUs) serve the workers; compare the two on a GPU machine",
+    )
+    ap.add_argument(
+        "--checker",
+        default="native",
+        help="checker of every run (the exploration is what is timed; native is the quicker check)",
+    )
     ap.add_argument("--plot", default=None, help="write a PNG here")
     a = ap.parse_args(argv)
 
@@ -73,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         numba.set_num_threads(a.threads)
     m = load_model(a.model, a.const)
     key_bytes = StateCodec(m.lo, m.hi).key_bytes
-    opts = VerifyOptions(constants=a.const, policy=a.policy, interface=a.interface, mode="stochastic",
-                         checker=a.checker)
+    opts = VerifyOptions(
+        constants=a.const, policy=a.policy, interface=a.interface, mode="stochastic", checker=a.checker
+    )
     verify(a.model, a.prop, opts)  # warm the compiled routines' cache
     local: list[Any] = []
 
@@ -83,35 +95,49 @@ def main(argv: list[str] | None = None) -> int:
         if not local or _driver_s(lr.timings) < _driver_s(local[0].timings):
             local[:] = [lr]
 
-    s = scale(a.model, a.prop, counts, repeat=a.repeat, before_run=reference,
-              options=replace(opts, address=a.address, threads_per_worker=a.threads, policy_servers=a.policy_servers))
+    s = scale(
+        a.model,
+        a.prop,
+        counts,
+        repeat=a.repeat,
+        before_run=reference,
+        options=replace(opts, address=a.address, threads_per_worker=a.threads, policy_servers=a.policy_servers),
+    )
     ref = local[0]
     if not s.same_value or s.states != ref.states or any(r["result"] != ref.result for r in s.runs):
         print(f"the drivers disagree: in-process {ref.result} ({ref.states} states)", file=sys.stderr)
         print(table(s), file=sys.stderr)
         return 1
-    print(f"{Path(a.model).name} {a.const}  {a.prop}; {ref.states} states, {ref.transitions} transitions; "
-          f"packed key {key_bytes} bytes")
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
-          f"in-process driver: explore {ref.timings['explore_s']:.2f} s, + assemble {_driver_s(ref.timings):.2f} s; "
-          f"threads per worker: {a.threads or 'cores / workers'}; "
-          f"policy servers: {a.policy_servers or 'none (a replica per worker)'}")
+    print(
+        f"{Path(a.model).name} {a.const}  {a.prop}; {ref.states} states, {ref.transitions} transitions; "
+        f"packed key {key_bytes} bytes"
+    )
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
+        f"in-process driver: explore {ref.timings['explore_s']:.2f} s, + assemble {_driver_s(ref.timings):.2f} s; "
+        f"threads per worker: {a.threads or 'cores / workers'}; "
+        f"policy servers: {a.policy_servers or 'none (a replica per worker)'}"
+    )
     print()
-    print("| workers | explore s | levels + gather s | states/s | speedup | efficiency | explore + assemble s "
-          "| vs in-process | first run s | first vs in-process | bytes/state | bytes/key | balance (max/mean) "
-          "| expand s | lookup s | store s | exchange s | idle s | start-up s | levels s | gather s |")
+    print(
+        "| workers | explore s | levels + gather s | states/s | speedup | efficiency | explore + assemble s "
+        "| vs in-process | first run s | first vs in-process | bytes/state | bytes/key | balance (max/mean) "
+        "| expand s | lookup s | store s | exchange s | idle s | start-up s | levels s | gather s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for run in s.runs:
         t, t1, ws = run["timings"], run["first_timings"], run["worker_stats"]
-        print(f"| {run['workers']} | {t['explore_s']:.2f} | {explore_time(t):.2f} | "
-              f"{run['states'] / explore_time(t):,.0f} | {run['speedup']:.2f} | {run['efficiency']:.2f} | "
-              f"{_driver_s(t):.2f} | {_driver_s(t) / _driver_s(ref.timings):.2f}x | {_driver_s(t1):.2f} | "
-              f"{_driver_s(t1) / _driver_s(ref.timings):.2f}x | {run['bytes_per_state']:.1f} | "
-              f"{run['bytes_per_state'] / key_bytes:.2f} | {run['balance']:.3f} | "
-              f"{max(w['expand_s'] for w in ws):.2f} | {max(w['lookup_s'] for w in ws):.2f} | "
-              f"{max(w['store_s'] for w in ws):.2f} | {max(w['exchange_s'] for w in ws):.2f} | "
-              f"{max(w['idle_s'] for w in ws):.2f} | {startup_time(t):.2f} | {t.get('levels_s', float('nan')):.2f} | "
-              f"{t.get('gather_s', float('nan')):.2f} |")
+        print(
+            f"| {run['workers']} | {t['explore_s']:.2f} | {explore_time(t):.2f} | "
+            f"{run['states'] / explore_time(t):,.0f} | {run['speedup']:.2f} | {run['efficiency']:.2f} | "
+            f"{_driver_s(t):.2f} | {_driver_s(t) / _driver_s(ref.timings):.2f}x | {_driver_s(t1):.2f} | "
+            f"{_driver_s(t1) / _driver_s(ref.timings):.2f}x | {run['bytes_per_state']:.1f} | "
+            f"{run['bytes_per_state'] / key_bytes:.2f} | {run['balance']:.3f} | "
+            f"{max(w['expand_s'] for w in ws):.2f} | {max(w['lookup_s'] for w in ws):.2f} | "
+            f"{max(w['store_s'] for w in ws):.2f} | {max(w['exchange_s'] for w in ws):.2f} | "
+            f"{max(w['idle_s'] for w in ws):.2f} | {startup_time(t):.2f} | {t.get('levels_s', float('nan')):.2f} | "
+            f"{t.get('gather_s', float('nan')):.2f} |"
+        )
     if a.plot:
         plot(s, a.plot)
         print(f"\nplot: {a.plot}")

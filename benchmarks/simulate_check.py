@@ -46,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     hits = res.reached["_target"]
     p = float(hits.mean())
     se = float((p * (1 - p) / hits.size) ** 0.5)
-    print(f"{Path(a.model).name} {a.const}: P(F<={a.horizon} {a.target}) by simulation = {p:.5f} +- {se:.5f} (1 SE), "
-          f"{a.episodes} episodes, uniform policy, seed {a.seed}, {seconds:.1f} s")
+    print(
+        f"{Path(a.model).name} {a.const}: P(F<={a.horizon} {a.target}) by simulation = {p:.5f} +- {se:.5f} (1 SE), "
+        f"{a.episodes} episodes, uniform policy, seed {a.seed}, {seconds:.1f} s"
+    )
     if a.value is not None:
         z = (a.value - p) / se if se > 0 else float("inf")
         print(f"verified value {a.value!r}: {z:+.2f} standard errors from the estimate")

@@ -76,24 +76,36 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, Any] = {}
     settings = {
         "before": lambda: check(storm_model, spec, induced.kind, induced.initial, None, env=before_environment()),
-        "sound-abs": lambda: check(storm_model, spec, induced.kind, induced.initial,
-                                   Precision(1e-12, sound_mdp=True, rel=None)),
+        "sound-abs": lambda: check(
+            storm_model, spec, induced.kind, induced.initial, Precision(1e-12, sound_mdp=True, rel=None)
+        ),
         "sound-default": lambda: check(storm_model, spec, induced.kind, induced.initial, Precision(sound_mdp=True)),
-        "sound-rel": lambda: check(storm_model, spec, induced.kind, induced.initial,
-                                   Precision(a.rel, relative=True, sound_mdp=True, rel=None)),
+        "sound-rel": lambda: check(
+            storm_model, spec, induced.kind, induced.initial, Precision(a.rel, relative=True, sound_mdp=True, rel=None)
+        ),
     }
     for name, fn in settings.items():
         seconds, res = _time(fn, a.repeat)
         rows[name] = {"check_s": round(seconds, 4), "value": res.value, "bounds": res.bounds}
     if a.exact:
         exact_model = to_storm(induced, exact=True)
-        seconds, res = _time(lambda: check(exact_model, spec, induced.kind, induced.initial, Precision(exact=True)),
-                             1)
-        rows["exact"] = {"check_s": round(seconds, 4), "value": res.value,
-                         "exact_digits": len(str(res.exact))}
-    print(json.dumps({"model": a.model, "constants": a.const, "prop": a.prop, "mode": a.mode,
-                      "induced": report.induced, "states": report.states, "transitions": report.transitions,
-                      "settings": rows}, indent=1))
+        seconds, res = _time(lambda: check(exact_model, spec, induced.kind, induced.initial, Precision(exact=True)), 1)
+        rows["exact"] = {"check_s": round(seconds, 4), "value": res.value, "exact_digits": len(str(res.exact))}
+    print(
+        json.dumps(
+            {
+                "model": a.model,
+                "constants": a.const,
+                "prop": a.prop,
+                "mode": a.mode,
+                "induced": report.induced,
+                "states": report.states,
+                "transitions": report.transitions,
+                "settings": rows,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -52,8 +52,13 @@ def child_storm(model: str, constants: str, prop: str) -> dict[str, float]:
     t0 = time.perf_counter()
     m = stormpy.build_model(prog, props)
     dt = time.perf_counter() - t0
-    return {"seconds": dt, "states": m.nr_states, "transitions": m.nr_transitions, "choices": m.nr_choices,
-            "peak_rss_mb": _peak_rss_mb()}
+    return {
+        "seconds": dt,
+        "states": m.nr_states,
+        "transitions": m.nr_transitions,
+        "choices": m.nr_choices,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
 
 
 def child_distmc(model: str, constants: str, prop: str, kernel: str) -> dict[str, float]:
@@ -84,9 +89,17 @@ def child_distmc(model: str, constants: str, prop: str, kernel: str) -> dict[str
     peak_csr = _peak_rss_mb()
     storm_model = to_storm(induced)
     t4 = time.perf_counter()
-    return {"seconds": t3 - t1, "explore_s": t2 - t1, "assemble_s": t3 - t2, "handoff_s": t4 - t3,
-            "warmup_s": warm, "states": storm_model.nr_states, "dtmc_transitions": storm_model.nr_transitions,
-            "peak_rss_mb": peak_csr, "peak_rss_handoff_mb": _peak_rss_mb()}
+    return {
+        "seconds": t3 - t1,
+        "explore_s": t2 - t1,
+        "assemble_s": t3 - t2,
+        "handoff_s": t4 - t3,
+        "warmup_s": warm,
+        "states": storm_model.nr_states,
+        "dtmc_transitions": storm_model.nr_transitions,
+        "peak_rss_mb": peak_csr,
+        "peak_rss_handoff_mb": _peak_rss_mb(),
+    }
 
 
 def child_baseline(kernel: str) -> dict[str, float]:
@@ -143,24 +156,34 @@ def main(argv: list[str] | None = None) -> int:
         runs.append((s, d))
     mdp_t = runs[0][0]["transitions"]
     print(f"# {Path(a.model).name} {a.const}  {a.prop}   kernel={a.kernel}")
-    print(f"# machine: {platform.node()} {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
-          f"python {platform.python_version()}; date {time.strftime('%Y-%m-%d %H:%M')}")
-    print(f"# full MDP: {runs[0][0]['states']} states, {runs[0][0]['choices']} choices, {mdp_t} transitions; "
-          f"import-only peak RSS {base['peak_rss_mb']:.0f} MB")
-    print("| run | Storm build s | Storm M trans/s | Storm peak MB | distmc explore + assemble s | M trans/s | ratio "
-          "| peak MB | memory ratio | + hand-off s | M trans/s | ratio | peak MB | memory ratio |")
+    print(
+        f"# machine: {platform.node()} {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
+        f"python {platform.python_version()}; date {time.strftime('%Y-%m-%d %H:%M')}"
+    )
+    print(
+        f"# full MDP: {runs[0][0]['states']} states, {runs[0][0]['choices']} choices, {mdp_t} transitions; "
+        f"import-only peak RSS {base['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        "| run | Storm build s | Storm M trans/s | Storm peak MB | distmc explore + assemble s | M trans/s | ratio "
+        "| peak MB | memory ratio | + hand-off s | M trans/s | ratio | peak MB | memory ratio |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, (s, d) in enumerate(runs):
         full = d["seconds"] + d["handoff_s"]
-        print(f"| {i + 1} | {s['seconds']:.2f} | {mdp_t / s['seconds'] / 1e6:.2f} | {s['peak_rss_mb']:.0f} | "
-              f"{d['seconds']:.2f} ({d['explore_s']:.2f} + {d['assemble_s']:.2f}) | {mdp_t / d['seconds'] / 1e6:.2f} | "
-              f"{s['seconds'] / d['seconds']:.2f}x | {d['peak_rss_mb']:.0f} | {d['peak_rss_mb'] / s['peak_rss_mb']:.2f} | "
-              f"{full:.2f} | {mdp_t / full / 1e6:.2f} | {s['seconds'] / full:.2f}x | {d['peak_rss_handoff_mb']:.0f} | "
-              f"{d['peak_rss_handoff_mb'] / s['peak_rss_mb']:.2f} |")
+        print(
+            f"| {i + 1} | {s['seconds']:.2f} | {mdp_t / s['seconds'] / 1e6:.2f} | {s['peak_rss_mb']:.0f} | "
+            f"{d['seconds']:.2f} ({d['explore_s']:.2f} + {d['assemble_s']:.2f}) | {mdp_t / d['seconds'] / 1e6:.2f} | "
+            f"{s['seconds'] / d['seconds']:.2f}x | {d['peak_rss_mb']:.0f} | {d['peak_rss_mb'] / s['peak_rss_mb']:.2f} | "
+            f"{full:.2f} | {mdp_t / full / 1e6:.2f} | {s['seconds'] / full:.2f}x | {d['peak_rss_handoff_mb']:.0f} | "
+            f"{d['peak_rss_handoff_mb'] / s['peak_rss_mb']:.2f} |"
+        )
     ratios = sorted(s["seconds"] / d["seconds"] for s, d in runs)
     print(f"# median speed ratio (explore + assemble): {ratios[len(ratios) // 2]:.2f}x over {len(runs)} runs")
-    print(f"# distmc: induced DTMC {runs[0][1]['dtmc_transitions']} transitions; warm-up (a full verify of a small "
-          f"instance, before the measured run) {runs[0][1]['warmup_s']:.2f} s")
+    print(
+        f"# distmc: induced DTMC {runs[0][1]['dtmc_transitions']} transitions; warm-up (a full verify of a small "
+        f"instance, before the measured run) {runs[0][1]['warmup_s']:.2f} s"
+    )
     if a.json:
         Path(a.json).write_text(json.dumps({"baseline": base, "runs": runs, "args": vars(a)}, indent=2))
     return 0

@@ -95,8 +95,16 @@ def load_envs(manifest: str | Path = MANIFEST) -> dict[str, BenchEnv]:
         if not file.is_file():
             raise DistmcError(f"{path}: table [{name}]: no PRISM file {file}")
         envs[name] = BenchEnv(
-            name, file, t["constants"], t["reward"], t["done"], int(t["max_steps"]), int(t["hidden"]),
-            int(t["train_steps"]), tuple(t["properties"]), t["monte_carlo"],
+            name,
+            file,
+            t["constants"],
+            t["reward"],
+            t["done"],
+            int(t["max_steps"]),
+            int(t["hidden"]),
+            int(t["train_steps"]),
+            tuple(t["properties"]),
+            t["monte_carlo"],
         )
     return envs
 

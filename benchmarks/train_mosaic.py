@@ -76,9 +76,19 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     env = get_env(args.env)
-    model = DQN("MlpPolicy", TrainEnv(env, args.seed), policy_kwargs=dict(net_arch=[64, 64]), seed=args.seed,
-                learning_rate=1e-3, buffer_size=50_000, learning_starts=1000, exploration_fraction=0.3,
-                target_update_interval=500, train_freq=4, verbose=0)
+    model = DQN(
+        "MlpPolicy",
+        TrainEnv(env, args.seed),
+        policy_kwargs=dict(net_arch=[64, 64]),
+        seed=args.seed,
+        learning_rate=1e-3,
+        buffer_size=50_000,
+        learning_starts=1000,
+        exploration_fraction=0.3,
+        target_update_interval=500,
+        train_freq=4,
+        verbose=0,
+    )
     t0 = time.time()
     model.learn(total_timesteps=args.steps)
     train_s = time.time() - t0
@@ -95,12 +105,23 @@ def main() -> None:
         else:
             layers.append({"type": type(m).__name__.lower()})
     spec = {
-        "format": "distmc-mlp/1", "env": args.env, "weights": f"{args.env}.pt", "layers": layers,
-        "actions": list(env.actions), "output": "Q-values (action = argmax)",
-        "training": {"algorithm": "DQN (stable-baselines3)", "steps": args.steps, "seed": args.seed,
-                     "train_seconds": round(train_s, 1), "eval_episodes": 50, "mean_reward": round(mean_reward, 2),
-                     "eval_failure_rate": fail_rate, "episode_steps": env.episode_steps,
-                     "command": f"python benchmarks/train_mosaic.py {args.env} --steps {args.steps} --seed {args.seed}"},
+        "format": "distmc-mlp/1",
+        "env": args.env,
+        "weights": f"{args.env}.pt",
+        "layers": layers,
+        "actions": list(env.actions),
+        "output": "Q-values (action = argmax)",
+        "training": {
+            "algorithm": "DQN (stable-baselines3)",
+            "steps": args.steps,
+            "seed": args.seed,
+            "train_seconds": round(train_s, 1),
+            "eval_episodes": 50,
+            "mean_reward": round(mean_reward, 2),
+            "eval_failure_rate": fail_rate,
+            "episode_steps": env.episode_steps,
+            "command": f"python benchmarks/train_mosaic.py {args.env} --steps {args.steps} --seed {args.seed}",
+        },
     }
     (out / f"{args.env}.json").write_text(json.dumps(spec, indent=2) + "\n")
     print(json.dumps(spec["training"]))

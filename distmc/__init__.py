@@ -26,8 +26,14 @@ from distmc.errors import (  # noqa: E402
 __version__ = "0.1.0"
 
 #: What a user calls, imported on first use so that ``import distmc`` stays light (no stormpy, torch or Ray).
-_API = {"verify": "distmc.api", "Report": "distmc.api", "Session": "distmc.api", "sweep": "distmc.api",
-        "VerifyOptions": "distmc.options", "verify_region": "distmc.region"}
+_API = {
+    "verify": "distmc.api",
+    "Report": "distmc.api",
+    "Session": "distmc.api",
+    "sweep": "distmc.api",
+    "VerifyOptions": "distmc.options",
+    "verify_region": "distmc.region",
+}
 
 
 def __getattr__(name: str) -> object:

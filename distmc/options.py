@@ -31,8 +31,17 @@ if TYPE_CHECKING:
     from distmc.check.result import Precision
     from distmc.explore.limits import Limits
 
-__all__ = ["CHECKERS", "DRIVERS", "MODES", "RaySettings", "VerifyOptions", "check_gpu_share", "check_ray_resources",
-           "export_suffix_error", "merged"]
+__all__ = [
+    "CHECKERS",
+    "DRIVERS",
+    "MODES",
+    "RaySettings",
+    "VerifyOptions",
+    "check_gpu_share",
+    "check_ray_resources",
+    "export_suffix_error",
+    "merged",
+]
 
 MODES = ("stochastic", "deterministic", "monolithic")
 CHECKERS = ("auto", "storm", "native", "distributed")
@@ -247,8 +256,10 @@ class VerifyOptions:
         if self.width is not None and not (0.0 <= self.width < float("inf")):
             raise UsageError(f"--width must be a non-negative number, not {self.width}")
         if self.order == "mass" and self.horizon_cut:
-            raise UsageError("--horizon-cut needs the breadth-first order (a state's depth is known when it is "
-                              "expanded): use --order bfs")
+            raise UsageError(
+                "--horizon-cut needs the breadth-first order (a state's depth is known when it is "
+                "expanded): use --order bfs"
+            )
         if self.checker not in CHECKERS:
             raise UsageError(f"--checker must be auto, storm, native or distributed, not '{self.checker}'")
         if self.mode not in MODES:
@@ -269,8 +280,11 @@ class VerifyOptions:
             raise UsageError("--plot-vars chooses the axes of --plot FILE.png: give --plot too")
         if self.export_path is not None and (why := export_suffix_error(self.export_path)):
             raise UsageError(why)
-        if (self.resume is not None and self.checkpoint_dir is not None
-                and Path(self.checkpoint_dir).resolve() != Path(self.resume).resolve()):
+        if (
+            self.resume is not None
+            and self.checkpoint_dir is not None
+            and Path(self.checkpoint_dir).resolve() != Path(self.resume).resolve()
+        ):
             raise UsageError("--resume DIR goes on writing to DIR: do not give another --checkpoint-dir")
         self._validate_driver()
         self.check_distributed(self.checker)
@@ -289,29 +303,35 @@ class VerifyOptions:
         if (self.checkpoint_dir is not None or self.resume is not None) and self.width is None and self.order is None:
             raise UsageError("checkpoints are written by the Ray driver: use --driver ray (or leave --driver out)")
         if self.checker == "distributed":
-            raise UsageError("--checker distributed checks on the Ray workers: use --driver ray (or leave --driver "
-                              "out)")
+            raise UsageError(
+                "--checker distributed checks on the Ray workers: use --driver ray (or leave --driver out)"
+            )
 
     def check_rounds(self) -> None:
         """``--width`` and ``--order``: each round's check runs in this process (not ``--checker distributed``)."""
         if (self.width is not None or self.order is not None) and self.checker == "distributed":
-            raise UsageError("--width and --order check each round's explored part in this process (Storm or the "
-                              "native checker): use --checker auto, storm or native with them (the workers keep "
-                              "exploring between rounds)")
+            raise UsageError(
+                "--width and --order check each round's explored part in this process (Storm or the "
+                "native checker): use --checker auto, storm or native with them (the workers keep "
+                "exploring between rounds)"
+            )
 
     def check_distributed(self, checker: str) -> None:
         """What ``checker`` (this run's, or the checkpoint's after ``--resume``) cannot do with these outputs."""
         if checker == "distributed" and (self.keep_model or self.export_path is not None):
-            raise UsageError("--checker distributed leaves the model on the workers: to export it (or keep it), "
-                              "use --checker storm or native, which gather it into this process")
+            raise UsageError(
+                "--checker distributed leaves the model on the workers: to export it (or keep it), "
+                "use --checker storm or native, which gather it into this process"
+            )
 
     # -- what the run derives from them (each made once, when the options are: that validates them) ------------
 
     @cached_property
     def ray(self) -> RaySettings:
         """The Ray driver's options: workers, address, GPU share, threads and policy servers."""
-        return RaySettings(self.workers, self.address, self.gpus_per_worker, self.threads_per_worker,
-                           self.policy_servers)
+        return RaySettings(
+            self.workers, self.address, self.gpus_per_worker, self.threads_per_worker, self.policy_servers
+        )
 
     @cached_property
     def check_precision(self) -> Precision:
@@ -334,8 +354,14 @@ class VerifyOptions:
             return self.driver
         if self.width is not None or self.order is not None:  # rounds: one worker in this process (checkpoints too)
             return "local" if self.workers == 1 and self.address is None and not self.policy_servers else "ray"
-        local = (self.workers == 1 and self.address is None and self.resume is None and self.checkpoint_dir is None
-                 and not self.policy_servers and self.checker != "distributed")
+        local = (
+            self.workers == 1
+            and self.address is None
+            and self.resume is None
+            and self.checkpoint_dir is None
+            and not self.policy_servers
+            and self.checker != "distributed"
+        )
         return "local" if local else "ray"
 
     # -- building, and the JSON form ---------------------------------------------------------------------------
@@ -378,4 +404,3 @@ def merged(options: VerifyOptions | Mapping[str, Any] | None, base: VerifyOption
     if isinstance(options, VerifyOptions):
         return options
     return VerifyOptions.build(base, **dict(options or {}))
-

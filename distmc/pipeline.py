@@ -39,8 +39,18 @@ class Job:
     def of(cls, model_path: str, prop: str, options: VerifyOptions) -> Job:
         """The job of a run of ``prop`` on ``model_path`` with ``options`` (validated already: they are made so)."""
         o = options
-        return cls(model_path, prop, o.constants, o.policy, o.interface, o.mode, o.threshold, o.resolve,
-                   o.trust_policy, o.policy_dtype)
+        return cls(
+            model_path,
+            prop,
+            o.constants,
+            o.policy,
+            o.interface,
+            o.mode,
+            o.threshold,
+            o.resolve,
+            o.trust_policy,
+            o.policy_dtype,
+        )
 
     def build(self, *, explorer: bool = True, policy: Policy | None = None) -> Parts:
         """Parse the model and property; with ``explorer``, also load the policy and compile the kernel.
@@ -61,11 +71,19 @@ class Job:
             return Parts(model, props, codec, None, needs_policy, reward_names)
         pol = None
         if needs_policy:
-            pol = policy or load_policy(self.policy, model, self.interface, trust=self.trust_policy,
-                                        dtype=self.policy_dtype)
+            pol = policy or load_policy(
+                self.policy, model, self.interface, trust=self.trust_policy, dtype=self.policy_dtype
+            )
         expander = Expander(
-            model, Kernel(model, codec), codec, pol, self.mode, terminal=props.terminal_mask,
-            threshold=self.threshold, resolve=self.resolve, reward_names=reward_names,
+            model,
+            Kernel(model, codec),
+            codec,
+            pol,
+            self.mode,
+            terminal=props.terminal_mask,
+            threshold=self.threshold,
+            resolve=self.resolve,
+            reward_names=reward_names,
         )
         return Parts(model, props, codec, expander, pol is not None, reward_names)
 

@@ -70,9 +70,11 @@ class LiveProgress:
         if "phase" in info:  # after the exploration: what is being done (e.g. "checking: step 41/100")
             return f"{info['phase']} | {info.get('elapsed_s', 0.0):.0f} s"
         rate = info["transitions"] / info["elapsed_s"] if info.get("elapsed_s") else 0.0
-        line = (f"depth {info['depth']:.0f} | states {_si(info['states'])} | frontier {_si(info['frontier'])} | "
-                f"transitions {_si(info['transitions'])} ({_si(rate)}/s) | policy {_si(info.get('policy_states', 0))}"
-                f" states in {_si(info.get('policy_calls', 0))} calls")
+        line = (
+            f"depth {info['depth']:.0f} | states {_si(info['states'])} | frontier {_si(info['frontier'])} | "
+            f"transitions {_si(info['transitions'])} ({_si(rate)}/s) | policy {_si(info.get('policy_states', 0))}"
+            f" states in {_si(info.get('policy_calls', 0))} calls"
+        )
         if "memory" in info:
             line += f" | memory {info['memory'] / 2**20:,.0f} MiB"
         if info.get("restarts"):

@@ -73,14 +73,31 @@ class RegionChain:
     def chain(self, sub: Region) -> IntervalChain:
         """The interval chain of ``sub`` (inside the region): each entry between its values at ``sub``'s corners."""
         values = np.stack([self.probabilities_at(p) for p in sub.corners()])
-        return IntervalChain(self.row_offsets, self.targets, values.min(axis=0), values.max(axis=0), self.initial,
-                             self.labels, self.rewards)
+        return IntervalChain(
+            self.row_offsets,
+            self.targets,
+            values.min(axis=0),
+            values.max(axis=0),
+            self.initial,
+            self.labels,
+            self.rewards,
+        )
 
 
 def _job(base: Job, region: Region, point: tuple[float, ...]) -> Job:
     constants = ",".join(x for x in (base.constants, region.constants(point)) if x)
-    return Job(base.model_path, base.prop, constants, base.policy, base.interface, base.mode, base.threshold,
-               base.resolve, base.trust_policy, base.policy_dtype)
+    return Job(
+        base.model_path,
+        base.prop,
+        constants,
+        base.policy,
+        base.interface,
+        base.mode,
+        base.threshold,
+        base.resolve,
+        base.trust_policy,
+        base.policy_dtype,
+    )
 
 
 def _rows_at(parts: Parts, keys: np.ndarray, visited: VisitedSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -90,8 +107,9 @@ def _rows_at(parts: Parts, keys: np.ndarray, visited: VisitedSet) -> tuple[np.nd
     for start in range(0, keys.shape[0], BATCH_STATES):
         rows = parts.expander.expand(keys[start : start + BATCH_STATES])
         if rows.n_rows != min(BATCH_STATES, keys.shape[0] - start):
-            raise UnsupportedError("the induced model is an MDP (same-label choices, --resolve none): a region "
-                                   "needs one row per state")
+            raise UnsupportedError(
+                "the induced model is an MDP (same-label choices, --resolve none): a region needs one row per state"
+            )
         off, t, p = merge_csr_rows(rows.branch_offsets, visited.lookup(rows.target_keys), rows.prob)
         counts.append(np.diff(off))
         targets.append(t)
@@ -109,8 +127,10 @@ def build_region_chain(job: Job, region: Region) -> RegionChain:
     explored = explore_local(center.expander, center.codec.pack(center.model.initial_states))
     induced = assemble(explored, center.model, center.codec, center.props.atoms, center.reward_names)
     if induced.kind != "dtmc":
-        raise UnsupportedError("the induced model is an MDP (same-label choices, --resolve none or monolithic "
-                               "mode): a region needs an induced DTMC")
+        raise UnsupportedError(
+            "the induced model is an MDP (same-label choices, --resolve none or monolithic "
+            "mode): a region needs an induced DTMC"
+        )
     visited = VisitedSet(center.codec.dtype)
     visited.insert(explored.keys)
     offsets, targets = induced.row_offsets, induced.targets
@@ -119,12 +139,15 @@ def build_region_chain(job: Job, region: Region) -> RegionChain:
         parts = _job(job, region, corner).build(policy=center.policy)
         off, t, p = _rows_at(parts, explored.keys, visited)
         if not (np.array_equal(off, offsets) and np.array_equal(t, targets)):
-            raise UnsupportedError(f"the induced chain's structure changes at the region's corner "
-                                   f"{region.constants(corner)} (a probability reaches 0 there): keep the region "
-                                   "inside the constants' open range")
+            raise UnsupportedError(
+                f"the induced chain's structure changes at the region's corner "
+                f"{region.constants(corner)} (a probability reaches 0 there): keep the region "
+                "inside the constants' open range"
+            )
         corner_prob.append(p)
-    return RegionChain(region, center, offsets, targets, np.stack(corner_prob), induced.initial, induced.labels,
-                       induced.rewards)
+    return RegionChain(
+        region, center, offsets, targets, np.stack(corner_prob), induced.initial, induced.labels, induced.rewards
+    )
 
 
 @dataclass
@@ -155,9 +178,11 @@ class RegionReport:
     times: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
-        lines = [f"{self.property}  over  {self.region}:  [{self.lower:.12g}, {self.upper:.12g}]",
-                 f"  engine: {self.engine}; induced dtmc: {self.states} states, {self.transitions} transitions "
-                 "(explored once)"]
+        lines = [
+            f"{self.property}  over  {self.region}:  [{self.lower:.12g}, {self.upper:.12g}]",
+            f"  engine: {self.engine}; induced dtmc: {self.states} states, {self.transitions} transitions "
+            "(explored once)",
+        ]
         if self.subregions:
             lines.append(f"  decided: {100 * (self.coverage or 0.0):.2f}% of the region's volume")
             lines.append(f"  {'subregion':<40} {'lower':>14} {'upper':>14}  verdict")
@@ -220,8 +245,9 @@ def _refine(rc: RegionChain, spec: PropertySpec, coverage: float, witness: Any) 
     return [d[1] for d in done], decided / total
 
 
-def verify_region(model_path: str | Path, prop: str, region: str | Region, *, coverage: float = 0.99,
-                  **options: Any) -> RegionReport:
+def verify_region(
+    model_path: str | Path, prop: str, region: str | Region, *, coverage: float = 0.99, **options: Any
+) -> RegionReport:
     """Sound lower and upper bounds of ``prop`` over ``region``, and a threshold's verdict per subregion.
 
     Args:
@@ -251,8 +277,9 @@ def verify_region(model_path: str | Path, prop: str, region: str | Region, *, co
         raise UsageError("--region checks one property at a time")
     spec = rc.parts.spec
     lo, hi = bounds_over(rc, spec, box)
-    report = RegionReport(str(model_path), spec.text, str(box), lo, hi, ENGINE, int(rc.row_offsets.shape[0] - 1),
-                          int(rc.targets.shape[0]))
+    report = RegionReport(
+        str(model_path), spec.text, str(box), lo, hi, ENGINE, int(rc.row_offsets.shape[0] - 1), int(rc.targets.shape[0])
+    )
     if spec.threshold is not None:
         from distmc.api import verify
 

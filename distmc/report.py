@@ -20,16 +20,21 @@ EXPLORE_SPLIT = ("startup_s", "levels_s", "place_s", "gather_s", "policy_s")
 
 
 #: The summary's line for a policy that ran in float32.
-FLOAT32_NOTE = ("the policy ran in float32 (asked with --policy-dtype float32, or a network that cannot run in float64: "
-                "a warning said why): its probabilities depend on the batch, the BLAS kernel and the CPU in their "
-                "last digits (about 1e-7), so the bounds cover the checker's error only, not the policy's rounding")
+FLOAT32_NOTE = (
+    "the policy ran in float32 (asked with --policy-dtype float32, or a network that cannot run in float64: "
+    "a warning said why): its probabilities depend on the batch, the BLAS kernel and the CPU in their "
+    "last digits (about 1e-7), so the bounds cover the checker's error only, not the policy's rounding"
+)
 
 
 def _time_line(t: dict[str, float]) -> str:
     """The summary's ``time:`` line: every phase that took time, in order, then the total they add up to."""
     parts = [(PHASES[name], t.get(f"{PHASES[name]}_s")) for name in PHASES]
-    shown = ", ".join(f"{'hand-off' if k == 'handoff' else k} {v:.3f} s" for k, v in parts
-                      if v is not None and (v > 0 or k in ("explore", "check")))
+    shown = ", ".join(
+        f"{'hand-off' if k == 'handoff' else k} {v:.3f} s"
+        for k, v in parts
+        if v is not None and (v > 0 or k in ("explore", "check"))
+    )
     return f"{shown}, total {t['total_s']:.3f} s"
 
 
@@ -53,7 +58,9 @@ class Report:
     policy_calls: int = 0  # network calls (fixed-shape batches) that evaluated those states
     timings: dict[str, float] = field(default_factory=dict)
     driver: str = "local"
-    worker_stats: list[dict[str, float]] = field(default_factory=list)  # per Ray actor: states, batches, bytes sent, ...
+    worker_stats: list[dict[str, float]] = field(
+        default_factory=list
+    )  # per Ray actor: states, batches, bytes sent, ...
     restarts: int = 0  # workers lost and replaced from the checkpoint
     checker: str = "storm"  # "storm", "native" (distmc's value iteration, :mod:`distmc.check.native`) or "distributed"
     bounds: list[float] | dict[str, list[float]] | None = None  # guaranteed to contain the exact value (see result.py)
@@ -89,12 +96,16 @@ class Report:
 
     def summary(self) -> str:
         t = self.timings
-        lines = "\n".join(result_line(r) for r in self.results) if self.results else f"{self.property}  =  {self.result}"
+        lines = (
+            "\n".join(result_line(r) for r in self.results) if self.results else f"{self.property}  =  {self.result}"
+        )
         cost = ""
         if len(self.single_states) > 1:
             largest = max(self.single_states)
-            cost = (f"\n  one exploration for {len(self.single_states)} properties: {self.states - largest} states "
-                    f"more than the largest single-property model ({largest} states)")
+            cost = (
+                f"\n  one exploration for {len(self.single_states)} properties: {self.states - largest} states "
+                f"more than the largest single-property model ({largest} states)"
+            )
         return (
             f"{lines}\n"
             f"  model {self.model} ({self.mode}, policy {self.policy}"
@@ -104,13 +115,17 @@ class Report:
             + ("" if self.checker == "storm" else f"\n  checked by distmc's {self.checker} checker, not Storm")
             + ("" if self.policy_dtype != "float32" else f"\n  {FLOAT32_NOTE}")
             + _frontier_line(self.frontier, self.partial)
-            + ("" if not self.rounds else "\n  rounds: " + ", ".join(
-                f"{r['explored_states']} states -> width {r['width']:.3g}" for r in self.rounds))
+            + (
+                ""
+                if not self.rounds
+                else "\n  rounds: "
+                + ", ".join(f"{r['explored_states']} states -> width {r['width']:.3g}" for r in self.rounds)
+            )
             + cost
-            + "".join(f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states,
-                                                               self.result))
+            + "".join(
+                f"\n{line}" for line in summary_lines(self.traces, self.traces_mass, self.riskiest_states, self.result)
+            )
         )
-
 
     def width(self) -> float:
         """The widest of the bounds (0 for a model explored whole; inf where one is not bounded)."""
@@ -129,18 +144,27 @@ def _frontier_line(frontier: dict[str, object] | None, partial: bool) -> str:
         return ""
     reach = frontier.get("frontier_probability")
     within = frontier.get("frontier_probability_within")
-    reached = "" if reach is None else (f", reached with probability {result_line_value(reach)}"
-                                        + ("" if within is None else f" within {within} steps"))
+    reached = (
+        ""
+        if reach is None
+        else (
+            f", reached with probability {result_line_value(reach)}"
+            + ("" if within is None else f" within {within} steps")
+        )
+    )
     if not partial:
-        return (f"\n  horizon cut at depth {frontier['horizon']}: {frontier['frontier_states']} states at the horizon "
-                "not expanded (exact for the step bound)")
-    return (f"\n  partial model: exploration stopped ({frontier['reason']}) with {frontier['explored_states']} states "
-            f"expanded and {frontier['frontier_states']} found but not expanded{reached}; each result is bounds "
-            "[lo, hi] that contain the value of the whole model")
+        return (
+            f"\n  horizon cut at depth {frontier['horizon']}: {frontier['frontier_states']} states at the horizon "
+            "not expanded (exact for the step bound)"
+        )
+    return (
+        f"\n  partial model: exploration stopped ({frontier['reason']}) with {frontier['explored_states']} states "
+        f"expanded and {frontier['frontier_states']} found but not expanded{reached}; each result is bounds "
+        "[lo, hi] that contain the value of the whole model"
+    )
 
 
 def result_line_value(v: object) -> str:
     if isinstance(v, dict):
         return "[" + ", ".join(f"{x:.3g}" for x in v.values()) + "] (min, max)"
     return f"{v:.3g}" if isinstance(v, float) else str(v)
-

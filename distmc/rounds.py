@@ -49,10 +49,15 @@ def _plot_rounds(rounds: list[dict[str, Any]], path: str, order: str) -> None:
     save_figure(fig, path, dpi=120)
 
 
-def explore_in_rounds(o: VerifyOptions, parts: Parts, directory: Path | None, limits: Limits, clock: PhaseClock,
-                      check: Callable[[Explored], tuple[Report, InducedModel]],
-                      on_ray: Callable[[str, Path | None], RayPriorityExplorer] | None = None,
-                      ) -> tuple[Report, InducedModel]:
+def explore_in_rounds(
+    o: VerifyOptions,
+    parts: Parts,
+    directory: Path | None,
+    limits: Limits,
+    clock: PhaseClock,
+    check: Callable[[Explored], tuple[Report, InducedModel]],
+    on_ray: Callable[[str, Path | None], RayPriorityExplorer] | None = None,
+) -> tuple[Report, InducedModel]:
     """Explore in rounds in a priority order (:mod:`distmc.explore.priority`), ``check`` after each round.
 
     Each round's budget of states is twice the last one's (the first: :data:`FIRST_ROUND_STATES`, at most
@@ -74,8 +79,11 @@ def explore_in_rounds(o: VerifyOptions, parts: Parts, directory: Path | None, li
         explorer = on_ray(order, resume)
     else:
         assert parts.expander is not None
-        explorer = (PriorityExplorer.load(resume, parts.expander) if resume is not None else
-                    PriorityExplorer(parts.expander, parts.codec.pack(parts.model.initial_states), order))
+        explorer = (
+            PriorityExplorer.load(resume, parts.expander)
+            if resume is not None
+            else PriorityExplorer(parts.expander, parts.codec.pack(parts.model.initial_states), order)
+        )
     ok = False
     try:
         if resume is not None and o.order is not None and explorer.order != o.order:
@@ -88,9 +96,17 @@ def explore_in_rounds(o: VerifyOptions, parts: Parts, directory: Path | None, li
         explorer.close(ok)
 
 
-def _rounds(o: VerifyOptions, explorer: PriorityExplorer | RayPriorityExplorer, saved: Path | None, limits: Limits,
-            clock: PhaseClock, check: Callable[[Explored], tuple[Report, InducedModel]], horizon: int | None,
-            order: str, where: str) -> tuple[Report, InducedModel]:
+def _rounds(
+    o: VerifyOptions,
+    explorer: PriorityExplorer | RayPriorityExplorer,
+    saved: Path | None,
+    limits: Limits,
+    clock: PhaseClock,
+    check: Callable[[Explored], tuple[Report, InducedModel]],
+    horizon: int | None,
+    order: str,
+    where: str,
+) -> tuple[Report, InducedModel]:
     """The rounds of :func:`explore_in_rounds` on one explorer (in-process or Ray's: the same interface)."""
     cap = o.max_states if o.max_states is not None else (None if o.width is not None else 2**62)
     budget = FIRST_ROUND_STATES if o.width is not None or cap is None else cap  # cap is None only with a width
@@ -115,16 +131,34 @@ def _rounds(o: VerifyOptions, explorer: PriorityExplorer | RayPriorityExplorer, 
             explored.stats["horizon"] = horizon
         report, induced = check(explored)
         width = report.width()
-        rounds.append({"round": len(rounds) + 1, "budget": budget, "states": report.states,
-                       "explored_states": explored.n_states - int(explored.frontier.shape[0])
-                       if explored.frontier is not None else report.states,
-                       "width": width, "bounds": report.bounds, "elapsed_s": round(clock.elapsed(), 3)})
+        rounds.append(
+            {
+                "round": len(rounds) + 1,
+                "budget": budget,
+                "states": report.states,
+                "explored_states": explored.n_states - int(explored.frontier.shape[0])
+                if explored.frontier is not None
+                else report.states,
+                "width": width,
+                "bounds": report.bounds,
+                "elapsed_s": round(clock.elapsed(), 3),
+            }
+        )
         log.info("round %d: %d states, width %.3g", len(rounds), report.states, width)
         if o.progress is not None:
-            o.progress({"phase": f"round {len(rounds)}: width {width:.3g} at {report.states} states",
-                        "elapsed_s": clock.elapsed()})
-        done = (not report.partial or o.width is None or width <= o.width or capped
-                or (why is not None and not why.startswith("round budget")))
+            o.progress(
+                {
+                    "phase": f"round {len(rounds)}: width {width:.3g} at {report.states} states",
+                    "elapsed_s": clock.elapsed(),
+                }
+            )
+        done = (
+            not report.partial
+            or o.width is None
+            or width <= o.width
+            or capped
+            or (why is not None and not why.startswith("round budget"))
+        )
         if done:
             break
         budget = budget * 2 if cap is None else min(budget * 2, cap)

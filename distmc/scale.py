@@ -46,9 +46,16 @@ log = logging.getLogger("distmc.scale")
 
 #: The phases a run's time is split into for the plot (timings keys, bottom to top; ``start-up`` is the rest of
 #: ``explore_s``: starting or joining Ray, and the actors).
-PLOT_PHASES = (("parse_s", "parse"), ("start-up", "start-up (Ray, actors)"), ("levels_s", "levels"),
-               ("gather_s", "gather"), ("assemble_s", "assemble"), ("export_s", "export"), ("handoff_s", "hand-off"),
-               ("check_s", "check"))
+PLOT_PHASES = (
+    ("parse_s", "parse"),
+    ("start-up", "start-up (Ray, actors)"),
+    ("levels_s", "levels"),
+    ("gather_s", "gather"),
+    ("assemble_s", "assemble"),
+    ("export_s", "export"),
+    ("handoff_s", "hand-off"),
+    ("check_s", "check"),
+)
 
 
 @dataclass
@@ -92,9 +99,17 @@ def _parse_counts(text: str) -> list[int]:
     return counts
 
 
-def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
-          log_run: Callable[[str], None] | None = None, before_run: Callable[[], None] | None = None,
-          options: VerifyOptions | None = None, **verify_kw: Any) -> Scaling:
+def scale(
+    model: str | Path,
+    prop: str,
+    workers: list[int],
+    *,
+    repeat: int = 1,
+    log_run: Callable[[str], None] | None = None,
+    before_run: Callable[[], None] | None = None,
+    options: VerifyOptions | None = None,
+    **verify_kw: Any,
+) -> Scaling:
     """Run ``verify(model, prop, replace(options, workers=w, driver="ray"))`` for each ``w`` in ``workers``.
 
     Args:
@@ -127,8 +142,10 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
             assert isinstance(r, Report)
             first = first or r
             if log_run is not None:
-                log_run(f"workers {w}, run {k + 1}/{repeat}: value {r.result}, explore {r.timings['explore_s']:.2f} s"
-                        f" (start-up {startup_time(r.timings):.2f} s), total {r.timings['total_s']:.2f} s")
+                log_run(
+                    f"workers {w}, run {k + 1}/{repeat}: value {r.result}, explore {r.timings['explore_s']:.2f} s"
+                    f" (start-up {startup_time(r.timings):.2f} s), total {r.timings['total_s']:.2f} s"
+                )
             if best is None or explore_time(r.timings) < explore_time(best.timings):
                 best = r
         assert best is not None and first is not None
@@ -140,21 +157,43 @@ def scale(model: str | Path, prop: str, workers: list[int], *, repeat: int = 1,
         ws = r.worker_stats
         owned = [float(s["states"]) for s in ws] or [float(r.states)]
         speedup = t0 / explore_time(r.timings) if explore_time(r.timings) > 0 else float("nan")
-        runs.append({
-            "workers": w, "result": r.result, "timings": r.timings, "speedup": speedup,
-            "efficiency": speedup / (w / w0),
-            "bytes_per_state": sum(float(s.get("bytes_sent", 0)) + float(s.get("bytes_answer", 0)) for s in ws) / r.states,
-            "keys_per_state": sum(float(s.get("keys_sent", 0)) for s in ws) / r.states,
-            "driver_bytes_per_state": sum(float(s.get("bytes_driver", 0)) for s in ws) / r.states,
-            "worker_cpu": [_cpu_wall(s) for s in ws],
-            "balance": max(owned) / (sum(owned) / len(owned)), "worker_stats": ws,
-            "states": r.states, "transitions": r.transitions, "first_timings": r1.timings,
-        })
+        runs.append(
+            {
+                "workers": w,
+                "result": r.result,
+                "timings": r.timings,
+                "speedup": speedup,
+                "efficiency": speedup / (w / w0),
+                "bytes_per_state": sum(float(s.get("bytes_sent", 0)) + float(s.get("bytes_answer", 0)) for s in ws)
+                / r.states,
+                "keys_per_state": sum(float(s.get("keys_sent", 0)) for s in ws) / r.states,
+                "driver_bytes_per_state": sum(float(s.get("bytes_driver", 0)) for s in ws) / r.states,
+                "worker_cpu": [_cpu_wall(s) for s in ws],
+                "balance": max(owned) / (sum(owned) / len(owned)),
+                "worker_stats": ws,
+                "states": r.states,
+                "transitions": r.transitions,
+                "first_timings": r1.timings,
+            }
+        )
     same = all(run["result"] == r0.result and run["states"] == r0.states for run in runs)
-    return Scaling(model=str(model), property=prop, constants=base.constants, policy=r0.policy,
-                   states=r0.states, transitions=r0.transitions, runs=runs, same_value=same,
-                   machine={"node": platform.node(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
-                            "address": base.address}, options=base.to_dict())
+    return Scaling(
+        model=str(model),
+        property=prop,
+        constants=base.constants,
+        policy=r0.policy,
+        states=r0.states,
+        transitions=r0.transitions,
+        runs=runs,
+        same_value=same,
+        machine={
+            "node": platform.node(),
+            "cores": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+            "address": base.address,
+        },
+        options=base.to_dict(),
+    )
 
 
 def _cpu_wall(ws: dict[str, Any]) -> dict[str, float]:
@@ -164,8 +203,9 @@ def _cpu_wall(ws: dict[str, Any]) -> dict[str, float]:
 
 def _cpu_ratio(cpu: list[dict[str, float]]) -> str:
     """The busiest worker's CPU over its wall time, over the whole run (its thread budget holds near the threads)."""
-    ratios = [(c["explore_cpu_s"] + c["check_cpu_s"]) / w for c in cpu
-              if (w := c["explore_wall_s"] + c["check_wall_s"]) > 0]
+    ratios = [
+        (c["explore_cpu_s"] + c["check_cpu_s"]) / w for c in cpu if (w := c["explore_wall_s"] + c["check_wall_s"]) > 0
+    ]
     return f"{max(ratios):.2f}" if ratios else "-"
 
 
@@ -175,20 +215,23 @@ def _value(v: Any) -> str:
 
 def table(s: Scaling) -> str:
     """A Markdown table of the runs, with a line on the model above it and one on the values below."""
-    lines = [f"{Path(s.model).name} {s.constants or ''}  {s.property}; policy {s.policy}; {s.states} states, "
-             f"{s.transitions} transitions; {s.machine.get('cores')} cores on {s.machine.get('node')}, "
-             f"{s.machine.get('date')}",
-             "",
-             "| workers | value | explore s (without start-up) | start-up s | assemble s | hand-off s | check s | "
-             "total s | speed-up | efficiency | bytes/state | keys/state | balance (max/mean) | worker CPU/wall |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{Path(s.model).name} {s.constants or ''}  {s.property}; policy {s.policy}; {s.states} states, "
+        f"{s.transitions} transitions; {s.machine.get('cores')} cores on {s.machine.get('node')}, "
+        f"{s.machine.get('date')}",
+        "",
+        "| workers | value | explore s (without start-up) | start-up s | assemble s | hand-off s | check s | "
+        "total s | speed-up | efficiency | bytes/state | keys/state | balance (max/mean) | worker CPU/wall |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in s.runs:
         t = run["timings"]
         lines.append(
             f"| {run['workers']} | {_value(run['result'])} | {explore_time(t):.2f} | {startup_time(t):.2f} | "
             f"{t['assemble_s']:.2f} | {t.get('handoff_s', 0.0):.2f} | {t['check_s']:.2f} | {t['total_s']:.2f} | "
             f"{run['speedup']:.2f} | {run['efficiency']:.2f} | {run['bytes_per_state']:.1f} | "
-            f"{run.get('keys_per_state', 0.0):.1f} | {run['balance']:.3f} | {_cpu_ratio(run.get('worker_cpu', []))} |")
+            f"{run.get('keys_per_state', 0.0):.1f} | {run['balance']:.3f} | {_cpu_ratio(run.get('worker_cpu', []))} |"
+        )
     if s.same_value:
         lines.append(f"\nEvery worker count gave the same value and the same {s.states} states.")
     else:
@@ -234,8 +277,11 @@ def plot(s: Scaling, path: str | Path) -> None:
 
 def add_parser(sub: Any) -> None:
     """Add the ``scale`` subcommand to the ``distmc`` subparsers ``sub``."""
-    p = sub.add_parser("scale", help="the scaling experiment: one Ray run per worker count",
-                       description="Run the same verification with each worker count on Ray and compare them.")
+    p = sub.add_parser(
+        "scale",
+        help="the scaling experiment: one Ray run per worker count",
+        description="Run the same verification with each worker count on Ray and compare them.",
+    )
     p.add_argument("model", help="PRISM file (dtmc or mdp), or 'example' for the bundled gridworld")
     p.add_argument("--prop", required=True, help="PCTL property")
     p.add_argument("--const", default=None, help="undefined constants, e.g. N=6,slickness=0.1")
@@ -247,8 +293,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--workers", default="1,2,4", help="worker counts, e.g. 1,2,4,8 (default 1,2,4)")
     p.add_argument("--address", default=None, help="Ray cluster to join (auto or HOST:PORT); default: a local Ray")
     p.add_argument("--repeat", type=int, default=1, help="runs per worker count; the fastest is kept (default 1)")
-    p.add_argument("--threads-per-worker", type=int, default=None,
-                   help="compiled-kernel threads per worker (default: the cluster's CPUs divided by the workers)")
+    p.add_argument(
+        "--threads-per-worker",
+        type=int,
+        default=None,
+        help="compiled-kernel threads per worker (default: the cluster's CPUs divided by the workers)",
+    )
     p.add_argument("--policy-servers", type=int, default=0, help="as for distmc run (default 0)")
     p.add_argument("--checker", default="auto", choices=["auto", "storm", "native"], help="as for distmc run")
     p.add_argument("--json", dest="json_path", default=None, help="write the report as JSON")
@@ -265,8 +315,9 @@ def main(args: argparse.Namespace) -> int:
     from distmc.progress import setup_logging
 
     setup_logging(args.log_level)
-    return one_line_errors(args.debug, lambda: _run(args),
-                           "distmc: interrupted (Ctrl-C); the runs finished so far are not reported")
+    return one_line_errors(
+        args.debug, lambda: _run(args), "distmc: interrupted (Ctrl-C); the runs finished so far are not reported"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -277,9 +328,14 @@ def _run(args: argparse.Namespace) -> int:
     from distmc._internal.subcommand import example_path, options_from_args
 
     counts = _parse_counts(args.workers)
-    s = scale(example_path(args.model), args.prop, counts, repeat=args.repeat,
-              log_run=None if args.quiet else (lambda line: print(line, file=sys.stderr)),
-              options=options_from_args(args, skip=("workers", "plot")))  # --plot: the scaling PNG
+    s = scale(
+        example_path(args.model),
+        args.prop,
+        counts,
+        repeat=args.repeat,
+        log_run=None if args.quiet else (lambda line: print(line, file=sys.stderr)),
+        options=options_from_args(args, skip=("workers", "plot")),
+    )  # --plot: the scaling PNG
     print(table(s))
     if args.json_path:
         write_text(args.json_path, s.to_json(), sync=True)

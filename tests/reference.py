@@ -22,7 +22,10 @@ def storm_reference(path: str | Path, constants: str | None, prop: str) -> dict[
     out: dict[str, Any] = {"states": model.nr_states, "transitions": model.nr_transitions, "choices": model.nr_choices}
     if model.is_nondeterministic_model and not f.has_optimality_type:
         vals = {}
-        for d, od in (("min", stormpy.logic.OptimizationDirection.MINIMIZE), ("max", stormpy.logic.OptimizationDirection.MAXIMIZE)):
+        for d, od in (
+            ("min", stormpy.logic.OptimizationDirection.MINIMIZE),
+            ("max", stormpy.logic.OptimizationDirection.MAXIMIZE),
+        ):
             g = f.clone()
             g.set_optimality_type(od)
             r = stormpy.model_checking(model, g, only_initial_states=True, environment=environment())
@@ -35,8 +38,9 @@ def storm_reference(path: str | Path, constants: str | None, prop: str) -> dict[
     return out
 
 
-def storm_policy_reference(path: str | Path, constants: str | None, prop: str, pi_fn: Any, actions: list[str],
-                           deterministic: bool = False) -> dict[str, Any]:
+def storm_policy_reference(
+    path: str | Path, constants: str | None, prop: str, pi_fn: Any, actions: list[str], deterministic: bool = False
+) -> dict[str, Any]:
     """Storm's full (property-driven) MDP, weighted state by state in Python by ``pi_fn(valuation dict) -> [A]``.
 
     Independent of distmc's kernel, explorer and reducer: the successors come from Storm's builder.

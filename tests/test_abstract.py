@@ -235,8 +235,13 @@ def test_refinement_never_loosens_a_region_s_bounds() -> None:
 @pytest.mark.parametrize("name", ["pendulum", "cartpole"])
 def test_shipped_policy_matches_its_torch_network(name: str) -> None:
     spec = json.loads((POLICIES / f"{name}.json").read_text())
-    seq = torch.nn.Sequential(torch.nn.Linear(get_env(name).dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
-                              torch.nn.ReLU(), torch.nn.Linear(64, 2)).double()
+    seq = torch.nn.Sequential(
+        torch.nn.Linear(get_env(name).dim, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 2),
+    ).double()
     seq.load_state_dict(torch.load(POLICIES / spec["weights"], weights_only=True))
     net = load_network(POLICIES / f"{name}.json")
     x = torch.randn(100, get_env(name).dim, dtype=torch.float64)
@@ -246,8 +251,24 @@ def test_shipped_policy_matches_its_torch_network(name: str) -> None:
 
 def test_cli_abstract_writes_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "r.json", tmp_path / "h.png"
-    code = main(["abstract", "pendulum", "--policy", str(POLICIES / "pendulum.json"), "--horizon", "3",
-                 "--refine", "2", "--fault", "sticky:0.2", "--json", str(out), "--plot", str(png)])
+    code = main(
+        [
+            "abstract",
+            "pendulum",
+            "--policy",
+            str(POLICIES / "pendulum.json"),
+            "--horizon",
+            "3",
+            "--refine",
+            "2",
+            "--fault",
+            "sticky:0.2",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "safe volume" in text and "theta_dot" in text
@@ -278,8 +299,12 @@ def test_cartpole_projection_plot(tmp_path: Path) -> None:
 def test_loader_drops_a_final_softmax_and_reads_tanh(tmp_path: Path) -> None:
     seq = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3), torch.nn.Softmax(dim=1))
     torch.save(seq.state_dict(), tmp_path / "n.pt")
-    layers = [{"type": "linear", "in": 2, "out": 8}, {"type": "tanh"}, {"type": "linear", "in": 8, "out": 3},
-              {"type": "softmax"}]
+    layers = [
+        {"type": "linear", "in": 2, "out": 8},
+        {"type": "tanh"},
+        {"type": "linear", "in": 8, "out": 3},
+        {"type": "softmax"},
+    ]
     (tmp_path / "n.json").write_text(json.dumps({"weights": "n.pt", "layers": layers}))
     net = load_network(tmp_path / "n.pt")
     x = torch.randn(50, 2)

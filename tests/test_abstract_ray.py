@@ -54,6 +54,14 @@ def test_tree_on_ray_actors_gives_the_in_process_bounds() -> None:
     assert np.array_equal(local.upper, dist.upper) and np.array_equal(local.lower, dist.lower)
     assert dist.stats["abstraction"] == "tree" and dist.stats["abstract_states"] == local.stats["abstract_states"]
     assert (local.upper < 1).any()
-    lattice = analyse(get_env("pendulum"), load_network(POLICIES / "pendulum.json"), faults, horizon=2, refine=1,
-                      driver="ray", workers=2, abstraction="lattice")
+    lattice = analyse(
+        get_env("pendulum"),
+        load_network(POLICIES / "pendulum.json"),
+        faults,
+        horizon=2,
+        refine=1,
+        driver="ray",
+        workers=2,
+        abstraction="lattice",
+    )
     assert lattice.stats["abstraction"] == "lattice" and len(lattice.history) == 2

@@ -77,8 +77,18 @@ def _tree_as_mdp(levels: list[Level], n_out: int, probs: np.ndarray) -> tuple[In
     labels["pf"][extra:] = True
     roots = np.arange(levels[0].nodes)
     labels["init"][roots] = True
-    model = InducedModel("mdp", row_groups, np.array(offsets), [np.array(targets)], [np.array(pr)],
-                         np.full(len(rows), -1), roots, labels, {}, np.arange(n, dtype=np.uint64))
+    model = InducedModel(
+        "mdp",
+        row_groups,
+        np.array(offsets),
+        [np.array(targets)],
+        [np.array(pr)],
+        np.full(len(rows), -1),
+        roots,
+        labels,
+        {},
+        np.arange(n, dtype=np.uint64),
+    )
     return model, roots
 
 
@@ -102,8 +112,6 @@ def test_tree_values_are_storm_s_on_the_tree_as_an_mdp(name: str, fault: str) ->
     sl = value_vector(sm, stormpy.parse_properties('Pmin=? [F "f"]')[0].get_raw_formula())[roots]
     assert np.allclose(up, su, atol=1e-9) and np.allclose(low, sl, atol=1e-9)
     assert (up > low).any()  # the comparison is not between two zero vectors
-
-
 
 
 def test_point_probability_enumerates_every_outcome() -> None:
@@ -134,8 +142,9 @@ def test_point_probability_enumerates_every_outcome() -> None:
     assert 0 < exact.max() and exact.min() < 1  # the points are not all alike
 
 
-@pytest.mark.parametrize(("name", "fault", "horizon"), [("pendulum", "sticky:0.2", 5),
-                                                         ("cartpole-mosaic", "sticky:0.2", 7)])
+@pytest.mark.parametrize(
+    ("name", "fault", "horizon"), [("pendulum", "sticky:0.2", 5), ("cartpole-mosaic", "sticky:0.2", 7)]
+)
 def test_bounds_contain_every_sampled_point_s_exact_probability(name: str, fault: str, horizon: int) -> None:
     env = get_env(name)
     net = load_network(POLICIES / f"{name.split('-')[0]}.json")
@@ -182,9 +191,28 @@ def test_regions_a_user_sets() -> None:
 
 def test_cli_regions_validate_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
-    code = main(["abstract", "cartpole-mosaic", "--policy", str(POLICIES / "cartpole.json"), "--horizon", "3",
-                 "--fault", "sticky:0.2", "--refine", "2", "--init", "x=-0.02:0.02", "--safe", "x=-0.06:0.06",
-                 "--validate", "4", "--json", str(out)])
+    code = main(
+        [
+            "abstract",
+            "cartpole-mosaic",
+            "--policy",
+            str(POLICIES / "cartpole.json"),
+            "--horizon",
+            "3",
+            "--fault",
+            "sticky:0.2",
+            "--refine",
+            "2",
+            "--init",
+            "x=-0.02:0.02",
+            "--safe",
+            "x=-0.06:0.06",
+            "--validate",
+            "4",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "init region: x=[-0.02, 0.02]" in text and "--validate: every sampled point" in text
@@ -197,8 +225,9 @@ def test_cli_regions_validate_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["abstract", "cartpole-mosaic", "--policy", policy, "--validate", "-1"]) == 1
 
 
-@pytest.mark.parametrize(("sizes", "act"), [([4, 64, 64, 2], "relu"), ([2, 16, 16, 16, 3], "tanh"),
-                                            ([3, 8, 2], "relu")])
+@pytest.mark.parametrize(
+    ("sizes", "act"), [([4, 64, 64, 2], "relu"), ([2, 16, 16, 16, 3], "tanh"), ([3, 8, 2], "relu")]
+)
 def test_folded_crown_pass_equals_the_per_box_pass(sizes: list[int], act: str) -> None:
     net = Network.random(sizes, act, seed=1)
     rng = np.random.default_rng(0)

@@ -56,9 +56,7 @@ def test_manifest_errors_name_the_table(tmp_path: Path) -> None:
 LARGE = {"avoid", "crazy_climber"}
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in ENVS]
-)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in ENVS])
 def test_monolithic_matches_storm(name: str) -> None:
     e = ENVS[name]
     for prop in e.properties:
@@ -146,8 +144,18 @@ def test_each_distinct_state_goes_through_the_network_once() -> None:
 def test_paper_results_section_is_replaced_in_place(tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
     results.write_text("# Benchmark results\n\n## Other section\n\nkept\n")
-    row = {"env": "e", "origin": "project", "property": "P=? [F \"a\"]", "method": "distmc stoch", "hidden": 64,
-           "constants": "", "states": 3, "transitions": 4, "result": 0.5, "seconds": 0.1}
+    row = {
+        "env": "e",
+        "origin": "project",
+        "property": 'P=? [F "a"]',
+        "method": "distmc stoch",
+        "hidden": 64,
+        "constants": "",
+        "states": 3,
+        "transitions": 4,
+        "result": 0.5,
+        "seconds": 0.1,
+    }
     cb = {**row, "method": "callback stoch", "seconds": 2.0}
     write_results([row, cb], "cmd one", 10.0, results)
     write_results([row, {**cb, "timeout": True}], "cmd two", 10.0, results)

@@ -19,8 +19,23 @@ def test_run_example_json(tmp_path: Path) -> None:
 
 def test_monolithic_gives_min_max(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    assert main(["run", "example", "--const", "N=4", "--prop", 'P=? [F "crash"]', "--mode", "monolithic",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "example",
+                "--const",
+                "N=4",
+                "--prop",
+                'P=? [F "crash"]',
+                "--mode",
+                "monolithic",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())["result"]
     assert r["min"] <= r["max"]
 
@@ -34,8 +49,24 @@ def test_export_umb_and_drn(tmp_path: Path) -> None:
 
 def _crash(tmp_path: Path, policy: str, *extra: str) -> dict:
     out = tmp_path / f"{policy}.json"
-    assert main(["run", "example", "--const", "N=6", "--policy", policy, "--prop", 'P=? [F "crash"]',
-                 "--json", str(out), *extra]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "example",
+                "--const",
+                "N=6",
+                "--policy",
+                policy,
+                "--prop",
+                'P=? [F "crash"]',
+                "--json",
+                str(out),
+                *extra,
+            ]
+        )
+        == 0
+    )
     return json.loads(out.read_text())
 
 

@@ -160,8 +160,14 @@ def test_batched_check_equals_one_at_a_time(prop: str, interfaces: dict[str, str
 
     o = VerifyOptions(constants=CONST, checker="native", interface=interfaces["logits"])
     sm = engine.SharedModel(MODEL, prop, o)
-    pols = [("tests.test_curve:softmax_policy", 1), ("uniform", 2), ("tests.test_curve:zero_policy", 3),
-            ("tests.test_curve:softmax_policy", 4), ("uniform", 5), ("uniform", 6)]
+    pols = [
+        ("tests.test_curve:softmax_policy", 1),
+        ("uniform", 2),
+        ("tests.test_curve:zero_policy", 3),
+        ("tests.test_curve:softmax_policy", 4),
+        ("uniform", 5),
+        ("uniform", 6),
+    ]
     # the zero policy reads probabilities: its own interface, through a second shared model
     alone = [sm.check(p, s) for p, s in pols if "zero" not in p]
     # a column of a batch takes 8 bytes per MDP row and 6 x 8 per state: a limit of 2 columns splits 5 into 2 + 2 + 1

@@ -44,7 +44,7 @@ CASES = [
     (EXAMPLE, "N=5", 'P=? [F<=12 "crash"]', POLICY),
     (EXAMPLE, "N=5", 'P=? [!"goal" U "crash"]', {}),
     (EXAMPLE, "N=5", 'P=? [x < 3 U<=20 "goal"]', {}),
-    (EXAMPLE, "N=5", 'P=? [F x=2 & y=1]', {}),
+    (EXAMPLE, "N=5", "P=? [F x=2 & y=1]", {}),
     (EXAMPLE, "N=5", 'R=? [F "crash" | "goal"]', POLICY),
     (EXAMPLE, "N=5", 'R=? [F "goal"]', {}),  # infinite from states that may crash
     (EXAMPLE, "N=5", "R=? [C<=10]", POLICY),
@@ -80,8 +80,15 @@ def _explored(model: Path, constants: str | None, prop: str, kw: dict[str, str])
     return parts, induced, loop, deadlock, rewards
 
 
-def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rewards: dict[str, np.ndarray],
-           w: int, direct: bool | None = None) -> list[Any]:
+def _split(
+    parts: Any,
+    induced: Any,
+    loop: np.ndarray,
+    deadlock: np.ndarray,
+    rewards: dict[str, np.ndarray],
+    w: int,
+    direct: bool | None = None,
+) -> list[Any]:
     """The induced DTMC's rows spread over ``w`` workers by owner, as the Ray actors hold them."""
     owner = owner_of(parts.codec.to_words(induced.keys), w)
     targets, prob = induced.targets, induced.prob
@@ -93,10 +100,23 @@ def _split(parts: Any, induced: Any, loop: np.ndarray, deadlock: np.ndarray, rew
         # as an actor holds them: int32 targets, a table of the distinct probabilities (every other worker's plain)
         p = compact_probabilities(prob[branch]) if r % 2 == 0 else prob[branch]
         rows = [(own, induced.row_action[own], counts[own], targets[branch].astype(np.int32), p)]
-        part = build_part(r, w, own, induced.keys[own], rows, [{k: v[own] for k, v in rewards.items()}],
-                          [(own, loop[own], deadlock[own])], lambda g: owner[g], induced.initial.shape[0],
-                          induced.n_states,
-                          parts.model, parts.codec, parts.spec.atoms, parts.reward_names, direct=direct)
+        part = build_part(
+            r,
+            w,
+            own,
+            induced.keys[own],
+            rows,
+            [{k: v[own] for k, v in rewards.items()}],
+            [(own, loop[own], deadlock[own])],
+            lambda g: owner[g],
+            induced.initial.shape[0],
+            induced.n_states,
+            parts.model,
+            parts.codec,
+            parts.spec.atoms,
+            parts.reward_names,
+            direct=direct,
+        )
         out.append(part)
     boxes = [Mailbox() for _ in range(w)]
     peers = [_Peer(b) for b in boxes]
@@ -111,9 +131,18 @@ def _run_threads(workers: list[Any], spec: Any, limits: LimitCheck | None = None
     results: list[Any] = [None] * len(workers)
     w = len(workers)
     prefix = f"distmc-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    channels = [open_channels(prefix, p.rank, [int(s.shape[0]) for s in p.send],
-                              [int(p.recv_off[o + 1] - p.recv_off[o]) for o in range(w)], ["node"] * w) if shm else None
-                for p, _, _ in workers]
+    channels = [
+        open_channels(
+            prefix,
+            p.rank,
+            [int(s.shape[0]) for s in p.send],
+            [int(p.recv_off[o + 1] - p.recv_off[o]) for o in range(w)],
+            ["node"] * w,
+        )
+        if shm
+        else None
+        for p, _, _ in workers
+    ]
 
     def one(i: int) -> None:
         part, peers, box = workers[i]
@@ -137,8 +166,9 @@ def _run_threads(workers: list[Any], spec: Any, limits: LimitCheck | None = None
 
 
 @pytest.mark.parametrize(("model", "constants", "prop", "kw"), CASES)
-def test_workers_give_the_native_checkers_bits(model: Path, constants: str | None, prop: str,
-                                               kw: dict[str, str]) -> None:
+def test_workers_give_the_native_checkers_bits(
+    model: Path, constants: str | None, prop: str, kw: dict[str, str]
+) -> None:
     parts, induced, loop, deadlock, rewards = _explored(model, constants, prop, kw)
     assert induced.kind == "dtmc"
     native = values_of(LocalEngine(matrix_of(induced), None, induced.initial, order="levels"), induced, parts.spec)
@@ -224,16 +254,35 @@ def test_an_mdp_is_refused() -> None:
     assert parts.expander is not None
     explored = explore_local(parts.expander, parts.codec.pack(parts.model.initial_states))
     n = explored.n_states
-    rows = [(explored.row_state, explored.row_action, np.diff(explored.branch_offsets),
-             np.concatenate(explored.target_chunks), np.concatenate(explored.prob_chunks))]
+    rows = [
+        (
+            explored.row_state,
+            explored.row_action,
+            np.diff(explored.branch_offsets),
+            np.concatenate(explored.target_chunks),
+            np.concatenate(explored.prob_chunks),
+        )
+    ]
     with pytest.raises(PropertyError, match="DTMC"):
-        build_part(0, 1, np.arange(n), explored.keys, rows, [{}], [], lambda g: g * 0, 1, n, parts.model, parts.codec,
-                   parts.spec.atoms, [])
+        build_part(
+            0,
+            1,
+            np.arange(n),
+            explored.keys,
+            rows,
+            [{}],
+            [],
+            lambda g: g * 0,
+            1,
+            n,
+            parts.model,
+            parts.codec,
+            parts.spec.atoms,
+            [],
+        )
 
 
 # -- on Ray ----------------------------------------------------------------------------------------------------
-
-
 
 
 def _rel(a: float, b: float) -> float:
@@ -252,8 +301,9 @@ RAY_CASES = [
 
 
 @pytest.mark.parametrize(("model", "constants", "prop", "kw"), RAY_CASES)
-def test_ray_distributed_check_matches_storm_and_native(local_ray: None, model: Path, constants: str | None, prop: str,
-                                                        kw: dict[str, str]) -> None:
+def test_ray_distributed_check_matches_storm_and_native(
+    local_ray: None, model: Path, constants: str | None, prop: str, kw: dict[str, str]
+) -> None:
     storm = verify(model, prop, constants=constants, checker="storm", **kw)
     native = verify(model, prop, constants=constants, checker="native", **kw)
     for w in (1, 2, 3):
@@ -267,7 +317,9 @@ def test_ray_distributed_check_matches_storm_and_native(local_ray: None, model: 
         assert sum(ws["check_transitions"] for ws in r.worker_stats) == r.transitions  # type: ignore[union-attr]
 
 
-@pytest.mark.skipif(not (SHARED_MODELS / "avoid.prism").exists(), reason="../shared/models/coolmc is not beside this checkout")
+@pytest.mark.skipif(
+    not (SHARED_MODELS / "avoid.prism").exists(), reason="../shared/models/coolmc is not beside this checkout"
+)
 @pytest.mark.parametrize("prop", ["P=? [F<=100 COLLISION=true]", "P=? [x<3 U COLLISION=true]"])
 def test_ray_distributed_check_on_avoid(local_ray: None, prop: str) -> None:
     kw = {"constants": "xMax=4,yMax=4,slickness=0.1"}
@@ -287,8 +339,26 @@ def test_ray_distributed_check_on_avoid(local_ray: None, prop: str) -> None:
 
 def test_cli_distributed_report(local_ray: None, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    assert main(["run", str(EXAMPLE), "--const", "N=5", "--prop", 'P=? [F<=12 "crash"]', "--workers", "2",
-                 "--checker", "distributed", "--quiet", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(EXAMPLE),
+                "--const",
+                "N=5",
+                "--prop",
+                'P=? [F<=12 "crash"]',
+                "--workers",
+                "2",
+                "--checker",
+                "distributed",
+                "--quiet",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rep = json.loads(out.read_text())
     assert rep["checker"] == "distributed" and rep["induced"] == "dtmc"
     assert rep["memory"]["driver_peak_bytes"] > 0 and len(rep["memory"]["worker_peak_bytes"]) == 2
@@ -322,8 +392,16 @@ def test_a_worker_lost_in_the_check_says_how_to_resume(local_ray: None, tmp_path
             os.kill(pids[1], signal.SIGKILL)
 
     with pytest.raises(DistmcError, match=f"--resume {ck}") as err:
-        verify(EXAMPLE, prop, constants="N=5", **POLICY, workers=2, checker="distributed", checkpoint_dir=ck,
-               progress=progress)
+        verify(
+            EXAMPLE,
+            prop,
+            constants="N=5",
+            **POLICY,
+            workers=2,
+            checker="distributed",
+            checkpoint_dir=ck,
+            progress=progress,
+        )
     assert killed and err.value.exit_code == 8
     resumed = verify(None, None, resume=ck, workers=3, checker="distributed")  # other owners than the first run
     native = verify(EXAMPLE, prop, constants="N=5", **POLICY, checker="native")
@@ -337,8 +415,7 @@ def test_the_timeout_holds_during_the_check(local_ray: None) -> None:
 
     t = time.perf_counter()
     with pytest.raises(ResourceLimitError, match="checked") as err:  # "... was explored but not checked"
-        verify(EXAMPLE, 'P=? [F<=100000000 "crash"]', constants="N=5", workers=2, checker="distributed",
-               timeout=20)
+        verify(EXAMPLE, 'P=? [F<=100000000 "crash"]', constants="N=5", workers=2, checker="distributed", timeout=20)
     assert err.value.exit_code == 7
     assert time.perf_counter() - t < 90  # 10^8 steps would take days: the workers stopped at the limit
 

@@ -41,14 +41,21 @@ class Constant(torch.nn.Module):
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("bad")
     out = {}
-    for name, net in [("width3", Width3()), ("nan", Constant(float("nan"))), ("negative", Constant(-0.25)),
-                      ("unnormalised", Constant(0.2))]:
+    for name, net in [
+        ("width3", Width3()),
+        ("nan", Constant(float("nan"))),
+        ("negative", Constant(-0.25)),
+        ("unnormalised", Constant(0.2)),
+    ]:
         torch.jit.script(net).save(str(d / f"{name}.pt"))
         out[name] = str(d / f"{name}.pt")
     (d / "corrupt.pt").write_bytes(b"this is not a network")
     out["corrupt"] = str(d / "corrupt.pt")
-    for name, body in [("unknown_var", {"features": ["x", "speed"]}), ("unknown_action", {"actions": ["up", "jump"]}),
-                       ("bad_output", {"output": "scores"})]:
+    for name, body in [
+        ("unknown_var", {"features": ["x", "speed"]}),
+        ("unknown_action", {"actions": ["up", "jump"]}),
+        ("bad_output", {"output": "scores"}),
+    ]:
         (d / f"{name}.json").write_text(json.dumps(body))
         out[name] = str(d / f"{name}.json")
     (d / "broken_iface.json").write_text("{ features: [x")
@@ -76,13 +83,17 @@ CASES = [
     ("not an operator", [*RUN, "--prop", '"crash"'], 5, "must be a P, R, S (LRA) or T operator"),
     ("Storm cannot check it", [*RUN, "--prop", "R=? [I=3]"], 5, "Storm cannot check 'R=? [I=3]'"),
     ("native: long-run average", [*RUN, "--checker", "native", "--prop", 'S=? ["crash"]'], 5, "by Storm only"),
-    ("property constant without a value", [*RUN, "--prop", 'const double q; P>=q [F "crash"]'], 5,
-     "without a value"),
+    ("property constant without a value", [*RUN, "--prop", 'const double q; P>=q [F "crash"]'], 5, "without a value"),
     ("missing properties file", [*RUN, "--props", "missing.props"], 5, "cannot read it"),
     ("two precisions", [*RUN, *CRASH, "--precision", "1e-6", "--precision-abs", "1e-9"], 1, "not both"),
     ("precision out of range", [*RUN, *CRASH, "--precision-abs", "2"], 1, "--precision-abs must be in (0, 1)"),
     ("missing policy", [*RUN, *CRASH, "--policy", "nope.pt"], 6, "no such policy"),
-    ("corrupt policy", [*RUN, *CRASH, "--policy", "{corrupt}"], 6, "not a TorchScript module, a Stable-Baselines3 .zip, nor a state_dict"),
+    (
+        "corrupt policy",
+        [*RUN, *CRASH, "--policy", "{corrupt}"],
+        6,
+        "not a TorchScript module, a Stable-Baselines3 .zip, nor a state_dict",
+    ),
     ("wrong input width", [*RUN, *CRASH, "--policy", "{width3}"], 6, "width 4"),
     ("NaN output", [*RUN, *CRASH, "--policy", "{nan}"], 6, "not finite"),
     ("negative output", [*RUN, *CRASH, "--policy", "{negative}"], 6, "negative probability"),
@@ -91,10 +102,18 @@ CASES = [
     ("interface: unknown action", [*RUN, *CRASH, "--interface", "{unknown_action}"], 6, "jump"),
     ("interface: bad output kind", [*RUN, *CRASH, "--interface", "{bad_output}"], 6, "scores"),
     ("interface: not JSON", [*RUN, *CRASH, "--interface", "{corrupt_json}"], 6, "cannot read interface"),
-    ("probabilities not summing to 1", ["run", str(BAD / "sum.prism"), "--prop", 'P=? [F "done"]'], 3,
-     "do not form a distribution (sum 0.9)"),
-    ("variable out of range", ["run", str(BAD / "bounds.prism"), "--prop", "Pmax=? [F x=7]"], 3,
-     "outside its range [0..2]"),
+    (
+        "probabilities not summing to 1",
+        ["run", str(BAD / "sum.prism"), "--prop", 'P=? [F "done"]'],
+        3,
+        "do not form a distribution (sum 0.9)",
+    ),
+    (
+        "variable out of range",
+        ["run", str(BAD / "bounds.prism"), "--prop", "Pmax=? [F x=7]"],
+        3,
+        "outside its range [0..2]",
+    ),
     ("threshold out of range", [*RUN, *CRASH, "--threshold", "1.5"], 1, "--threshold"),
     ("no workers", [*RUN, *CRASH, "--workers", "0"], 1, "--workers"),
     ("local driver with workers", [*RUN, *CRASH, "--workers", "2", "--driver", "local"], 1, "local driver"),
@@ -102,18 +121,42 @@ CASES = [
     ("bad timeout", [*RUN, *CRASH, "--timeout", "soon"], 1, "--timeout"),
     ("resume: no checkpoint", ["run", "--resume", "{empty_dir}", "--quiet"], 1, "no checkpoint there"),
     ("checkpoint dir taken", [*RUN, *CRASH, "--checkpoint-dir", "{taken_dir}"], 1, "already holds a checkpoint"),
-    ("shield: delta out of range", ["shield", "example", "--const", "N=4", "--policy", "example", *CRASH, "--delta",
-                                    "2"], 1, "--delta must be a probability"),
-    ("shield: not a probability", ["shield", "example", "--const", "N=4", "--policy", "example", "--prop",
-                                   'R{"steps"}=? [F "goal"]', "--delta", "0.1"], 5, "lowers one probability"),
-    ("curve: steps do not match", ["curve", "example", "--const", "N=4", *CRASH, "--policies", "uniform", "--steps",
-                                   "1,2"], 1, "--steps gives 2 steps for 1 policies"),
+    (
+        "shield: delta out of range",
+        ["shield", "example", "--const", "N=4", "--policy", "example", *CRASH, "--delta", "2"],
+        1,
+        "--delta must be a probability",
+    ),
+    (
+        "shield: not a probability",
+        [
+            "shield",
+            "example",
+            "--const",
+            "N=4",
+            "--policy",
+            "example",
+            "--prop",
+            'R{"steps"}=? [F "goal"]',
+            "--delta",
+            "0.1",
+        ],
+        5,
+        "lowers one probability",
+    ),
+    (
+        "curve: steps do not match",
+        ["curve", "example", "--const", "N=4", *CRASH, "--policies", "uniform", "--steps", "1,2"],
+        1,
+        "--steps gives 2 steps for 1 policies",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("args", "code", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_one_line(files: dict[str, str], args: list[str], code: int, needle: str,
-                            capfd: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_one_line(
+    files: dict[str, str], args: list[str], code: int, needle: str, capfd: pytest.CaptureFixture[str]
+) -> None:
     assert main([files[a[1:-1]] if a[:1] + a[-1:] == "{}" and a[1:-1] in files else a for a in args]) == code
     out, err = capfd.readouterr()
     err = err.strip()

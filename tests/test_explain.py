@@ -80,8 +80,9 @@ class Rows:
         return self.truth[expr, state]
 
 
-def enumerate_paths(rows: Rows, psi: str, phi: str, max_steps: int | None,
-                    min_prob: float) -> list[tuple[float, tuple[tuple[int, ...], ...]]]:
+def enumerate_paths(
+    rows: Rows, psi: str, phi: str, max_steps: int | None, min_prob: float
+) -> list[tuple[float, tuple[tuple[int, ...], ...]]]:
     """Every path from the initial state that first reaches phi (within max_steps), staying in psi & !phi before,
     with probability at least min_prob (a prefix below it is dropped: extending it only lowers its probability)."""
     init = tuple(rows.model.initial_states[0].tolist())
@@ -128,11 +129,14 @@ def _compare(traces: list[dict], listed: list[tuple[float, tuple]], rows: Rows, 
         assert t["path"][-1]["action"] is None and t["path"][-1]["pi"] is None and t["path"][-1]["p"] is None
 
 
-@pytest.mark.parametrize(("prop", "psi", "phi", "steps"), [
-    ('P=? [F<=7 "bad"]', "true", "bad", 7),
-    ('P=? [!"trap" U<=9 "bad"]', "!trap", "bad", 9),
-    ('P=? [F<3 "bad"]', "true", "bad", 2),
-])
+@pytest.mark.parametrize(
+    ("prop", "psi", "phi", "steps"),
+    [
+        ('P=? [F<=7 "bad"]', "true", "bad", 7),
+        ('P=? [!"trap" U<=9 "bad"]', "!trap", "bad", 9),
+        ('P=? [F<3 "bad"]', "true", "bad", 2),
+    ],
+)
 def test_bounded_traces_are_the_most_probable_listed_paths(prop: str, psi: str, phi: str, steps: int) -> None:
     rows = Rows(LOOPS, None)
     listed = enumerate_paths(rows, psi, phi, steps, 0.0)  # every path
@@ -156,13 +160,17 @@ def test_unbounded_traces_are_the_most_probable_paths() -> None:
     assert max(len(t["path"]) for t in report.traces) > 6  # type: ignore[union-attr]  # walks round the cycles
 
 
-@pytest.mark.parametrize(("policy", "n", "prop", "steps", "min_prob"), [
-    ("trained", 6, 'P=? [F<=9 "crash"]', 9, 1e-5),
-    ("uniform", 4, 'P=? [F<=4 "crash"]', 4, 1e-3),
-    ("trained", 6, 'P=? [F "crash"]', None, 1e-5),
-])
-def test_gridworld_traces_against_enumeration(policy: str, n: int, prop: str, steps: int | None,
-                                              min_prob: float) -> None:
+@pytest.mark.parametrize(
+    ("policy", "n", "prop", "steps", "min_prob"),
+    [
+        ("trained", 6, 'P=? [F<=9 "crash"]', 9, 1e-5),
+        ("uniform", 4, 'P=? [F<=4 "crash"]', 4, 1e-3),
+        ("trained", 6, 'P=? [F "crash"]', None, 1e-5),
+    ],
+)
+def test_gridworld_traces_against_enumeration(
+    policy: str, n: int, prop: str, steps: int | None, min_prob: float
+) -> None:
     kw = {"policy": str(GRID_PT), "interface": GRID_IF} if policy == "trained" else {}
     rows = Rows(GRID, f"N={n}", str(GRID_PT) if policy == "trained" else "uniform", GRID_IF if kw else None)
     listed = enumerate_paths(rows, "true", "crash", steps, min_prob)
@@ -220,11 +228,14 @@ def test_step_to_refuses_an_impossible_outcome() -> None:
 # -- errors -------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--prop", 'R{"steps"}=? [F "goal"]', "--const", "N=4"], "reward property"),
-    (["--prop", 'P=? [G !"crash"]', "--const", "N=4"], "not a reachability property"),
-    (["--prop", 'P=? [F "crash"]', "--const", "N=4", "--mode", "monolithic"], "is an MDP"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prop", 'R{"steps"}=? [F "goal"]', "--const", "N=4"], "reward property"),
+        (["--prop", 'P=? [G !"crash"]', "--const", "N=4"], "not a reachability property"),
+        (["--prop", 'P=? [F "crash"]', "--const", "N=4", "--mode", "monolithic"], "is an MDP"),
+    ],
+)
 def test_traces_refused_with_exit_5(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(GRID), *args, "--traces", "3", "--quiet"]) == 5
     assert message in capsys.readouterr().err
@@ -261,13 +272,16 @@ def _storm_values(path: Path, constants: str | None, prop: str) -> dict[tuple[in
     return out
 
 
-@pytest.mark.parametrize(("name", "prop", "checker"), [
-    ("dtmc/die.pm", 'P=? [F "one"]', "storm"),
-    ("dtmc/die.pm", 'P=? [F<=3 "done"]', "native"),
-    ("dtmc/brp-16-2.pm", "P=? [F s=5]", "storm"),
-    ("dtmc/crowds-5-5.pm", "P=? [F<=20 observe0>1]", "native"),
-    ("dtmc/die.pm", 'R=? [F "done"]', "storm"),
-])
+@pytest.mark.parametrize(
+    ("name", "prop", "checker"),
+    [
+        ("dtmc/die.pm", 'P=? [F "one"]', "storm"),
+        ("dtmc/die.pm", 'P=? [F<=3 "done"]', "native"),
+        ("dtmc/brp-16-2.pm", "P=? [F s=5]", "storm"),
+        ("dtmc/crowds-5-5.pm", "P=? [F<=20 observe0>1]", "native"),
+        ("dtmc/die.pm", 'R=? [F "done"]', "storm"),
+    ],
+)
 def test_values_match_storms_own_vector(name: str, prop: str, checker: str, tmp_path: Path) -> None:
     path = STORM_FILES / name
     out = tmp_path / "v.parquet"
@@ -290,8 +304,7 @@ def test_values_and_result_agree_with_the_plain_check(tmp_path: Path) -> None:
     kw = {"constants": "N=6", "policy": str(GRID_PT), "interface": GRID_IF}
     for checker in ("storm", "native"):
         plain = verify(GRID, 'P=? [F "crash"]', checker=checker, **kw)  # type: ignore[arg-type]
-        r = verify(GRID, 'P=? [F "crash"]', values=tmp_path / f"{checker}.parquet", checker=checker,
-                   **kw)  # type: ignore[arg-type]
+        r = verify(GRID, 'P=? [F "crash"]', values=tmp_path / f"{checker}.parquet", checker=checker, **kw)  # type: ignore[arg-type]
         assert r.result == plain.result  # type: ignore[union-attr]  # the same solver run: the same bits
     s = read_values(tmp_path / "storm.parquet").to_pydict()
     n = read_values(tmp_path / "native.parquet").to_pydict()
@@ -315,11 +328,14 @@ def _python_bfs(m: InducedModel) -> np.ndarray:
     return depth
 
 
-@pytest.mark.parametrize(("path", "constants", "prop", "kw"), [
-    (GRID, "N=5", 'P=? [F "crash"]', {}),
-    (GRID, "N=4", 'P=? [F "crash"]', {"mode": "monolithic"}),
-    (STORM_FILES / "dtmc/brp-16-2.pm", None, "P=? [F s=5]", {}),
-])
+@pytest.mark.parametrize(
+    ("path", "constants", "prop", "kw"),
+    [
+        (GRID, "N=5", 'P=? [F "crash"]', {}),
+        (GRID, "N=4", 'P=? [F "crash"]', {"mode": "monolithic"}),
+        (STORM_FILES / "dtmc/brp-16-2.pm", None, "P=? [F s=5]", {}),
+    ],
+)
 def test_depth_is_the_bfs_level(path: Path, constants: str | None, prop: str, kw: dict) -> None:
     report, m = verify(path, prop, constants=constants, keep_model=True, **kw)  # type: ignore[misc]
     depth = bfs_depth(m)
@@ -343,8 +359,27 @@ def test_riskiest_orders_and_breaks_ties_by_id() -> None:
 def test_cli_writes_traces_values_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
     js, pq, png = tmp_path / "r.json", tmp_path / "v.parquet", tmp_path / "g.png"
-    code = main(["run", "example", "--const", "N=4", "--policy", "example", "--prop", 'P=? [F "crash"]',
-                 "--traces", "4", "--values", str(pq), "--plot", str(png), "--json", str(js), "--quiet"])
+    code = main(
+        [
+            "run",
+            "example",
+            "--const",
+            "N=4",
+            "--policy",
+            "example",
+            "--prop",
+            'P=? [F "crash"]',
+            "--traces",
+            "4",
+            "--values",
+            str(pq),
+            "--plot",
+            str(png),
+            "--json",
+            str(js),
+            "--quiet",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "most probable path (1 of 4 traces" in out and "states most at risk" in out
@@ -365,8 +400,10 @@ def test_plain_report_has_no_explain_fields() -> None:
 
 def test_format_trace_elides_long_paths() -> None:
     step = {"state": {"x": 0, "b": True}, "action": "go", "pi": 0.5, "p": 0.25}
-    trace = {"probability": 1.0, "path": [step] * 30 + [{"state": {"x": 1, "b": False}, "action": None, "pi": None,
-                                                         "p": None}]}
+    trace = {
+        "probability": 1.0,
+        "path": [step] * 30 + [{"state": {"x": 1, "b": False}, "action": None, "pi": None, "p": None}],
+    }
     lines = format_trace(trace)
     assert len(lines) == 20 and "12 steps elided" in lines[10]
     assert lines[0] == "x=0 b=true  -> go (pi 0.5, p 0.25)" and lines[-1] == "x=1 b=false"

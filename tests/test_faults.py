@@ -42,9 +42,15 @@ def reference() -> tuple[object, object]:
 
 # -- limits (in-process driver) ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("kwargs", "needle"), [({"max_states": 300}, "--max-states 300"),
-                                                ({"timeout": 1e-6}, "--timeout"),
-                                                ({"max_memory": "1M"}, "--max-memory")])
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"max_states": 300}, "--max-states 300"),
+        ({"timeout": 1e-6}, "--timeout"),
+        ({"max_memory": "1M"}, "--max-memory"),
+    ],
+)
 def test_limit_stops_with_bounds(reference: tuple, kwargs: dict[str, object], needle: str) -> None:
     r = verify(EXAMPLE, PROP, constants="N=7", **POLICY, **kwargs)  # type: ignore[arg-type]
     assert r.partial and r.frontier is not None and needle in str(r.frontier["reason"])  # type: ignore[union-attr]
@@ -59,7 +65,9 @@ def test_limit_stops_with_bounds(reference: tuple, kwargs: dict[str, object], ne
 def test_memory_limit_stops_before_the_handoff(monkeypatch: pytest.MonkeyPatch) -> None:
     import distmc.check.choice
 
-    monkeypatch.setattr(distmc.check.choice, "STORM_BYTES_PER_TRANSITION", 10**8)  # as if Storm needed 100 MB a transition
+    monkeypatch.setattr(
+        distmc.check.choice, "STORM_BYTES_PER_TRANSITION", 10**8
+    )  # as if Storm needed 100 MB a transition
     with pytest.raises(ResourceLimitError, match="handing it to Storm needs") as err:
         verify(EXAMPLE, PROP, constants="N=7", **POLICY, max_memory="100G", checker="storm")
     assert err.value.partial["transitions"] > 0 and err.value.partial["frontier"] == 0
@@ -74,8 +82,25 @@ def test_memory_limit_stops_before_the_handoff(monkeypatch: pytest.MonkeyPatch) 
 
 def test_cli_limit_writes_partial_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
-    assert main(["run", "example", "--const", "N=7", "--prop", PROP, "--max-states", "100", "--json", str(out),
-                 "--quiet", "--exact"]) == 7  # the exact engine checks complete models only: nothing is checked
+    assert (
+        main(
+            [
+                "run",
+                "example",
+                "--const",
+                "N=7",
+                "--prop",
+                PROP,
+                "--max-states",
+                "100",
+                "--json",
+                str(out),
+                "--quiet",
+                "--exact",
+            ]
+        )
+        == 7
+    )  # the exact engine checks complete models only: nothing is checked
     rep = json.loads(out.read_text())
     assert rep["partial"] is True and rep["states"] > 100 and rep["depth"] >= 1
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
@@ -94,8 +119,6 @@ def test_parse_sizes_and_durations() -> None:
 ray = pytest.importorskip("ray", reason="the Ray driver needs ray")
 
 
-
-
 def killer(at_depths: tuple[int, ...], rank: int = 1) -> tuple[Callable[[dict], None], list[int]]:
     """A progress callback that SIGKILLs worker ``rank``'s process after each level in ``at_depths``."""
     killed: list[int] = []
@@ -109,12 +132,21 @@ def killer(at_depths: tuple[int, ...], rank: int = 1) -> tuple[Callable[[dict], 
 
 
 @pytest.mark.parametrize("workers", [2, 1])
-def test_killed_workers_are_replaced_from_checkpoints(local_ray: None, reference: tuple, tmp_path: Path,
-                                                      workers: int) -> None:
+def test_killed_workers_are_replaced_from_checkpoints(
+    local_ray: None, reference: tuple, tmp_path: Path, workers: int
+) -> None:
     r0, m0 = reference
     progress, killed = killer((3, 7), rank=workers - 1)
-    got = verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=workers, checkpoint_dir=tmp_path / "ck",
-                 progress=progress, keep_model=True)
+    got = verify(
+        EXAMPLE,
+        PROP,
+        constants="N=7",
+        **POLICY,
+        workers=workers,
+        checkpoint_dir=tmp_path / "ck",
+        progress=progress,
+        keep_model=True,
+    )
     assert isinstance(got, tuple)
     r, m = got
     assert killed == [3, 7] and r.restarts == 2
@@ -130,19 +162,23 @@ def test_killed_worker_without_checkpoint_says_what_was_lost(local_ray: None) ->
 
 
 @pytest.mark.parametrize(("first", "then"), [(2, 3), (2, 1), (1, 2), (1, 1)])
-def test_stopped_run_resumes_with_other_worker_count(local_ray: None, reference: tuple, tmp_path: Path, first: int,
-                                                     then: int) -> None:
+def test_stopped_run_resumes_with_other_worker_count(
+    local_ray: None, reference: tuple, tmp_path: Path, first: int, then: int
+) -> None:
     r0, m0 = reference
     ck = tmp_path / "ck"
-    assert verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=first, checkpoint_dir=ck,
-                  max_states=500).partial  # type: ignore[union-attr]
+    assert verify(EXAMPLE, PROP, constants="N=7", **POLICY, workers=first, checkpoint_dir=ck, max_states=500).partial  # type: ignore[union-attr]
     meta = json.loads((ck / "meta.json").read_text())
     assert 0 < meta["level"] and meta["states"] > 500
     got = verify(None, None, resume=ck, workers=then, keep_model=True)
     assert isinstance(got, tuple)
     r, m = got
-    assert (r.states, r.transitions, r.result, r.policy_states) == (r0.states, r0.transitions, r0.result,
-                                                                    r0.policy_states)
+    assert (r.states, r.transitions, r.result, r.policy_states) == (
+        r0.states,
+        r0.transitions,
+        r0.result,
+        r0.policy_states,
+    )
     same_model(m, m0)
 
 
@@ -159,6 +195,7 @@ def test_resume_refuses_changed_inputs(local_ray: None, tmp_path: Path) -> None:
 
 
 # -- progress ------------------------------------------------------------------------------------------------------
+
 
 def test_live_progress_shows_each_level() -> None:
     import io

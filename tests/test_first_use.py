@@ -42,8 +42,9 @@ def _fake_ppo_zip(path: Path) -> Path:
     return path
 
 
-def test_missing_sb3_named_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         capfd: pytest.CaptureFixture[str]) -> None:
+def test_missing_sb3_named_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
     import distmc.api
 
@@ -52,8 +53,7 @@ def test_missing_sb3_named_before_the_run(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(distmc.api, "explore_local", explored)
     zpath = _fake_ppo_zip(tmp_path / "trained.zip")
-    assert main(["run", "example", "--const", "N=3", *CRASH, "--policy", str(zpath), "--trust-policy",
-                 "--quiet"]) == 1
+    assert main(["run", "example", "--const", "N=3", *CRASH, "--policy", str(zpath), "--trust-policy", "--quiet"]) == 1
     err = _one_error_line(capfd.readouterr().err)
     assert "stable-baselines3" in err and "pip install 'distmc[rl]'" in err
 
@@ -69,8 +69,9 @@ def test_missing_package_found_by_the_ray_drivers_process(tmp_path: Path, monkey
         job.build(explorer=False)
 
 
-def test_missing_matplotlib_named_before_the_analysis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capfd: pytest.CaptureFixture[str]) -> None:
+def test_missing_matplotlib_named_before_the_analysis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     import distmc.abstract.refine
 
@@ -78,8 +79,16 @@ def test_missing_matplotlib_named_before_the_analysis(tmp_path: Path, monkeypatc
         raise AssertionError("the analysis started before the missing package was found")
 
     monkeypatch.setattr(distmc.abstract.refine, "analyse", analysed)
-    code = main(["abstract", "pendulum", "--policy", str(REPO / "benchmarks/policies/pendulum.json"),
-                 "--plot", str(tmp_path / "h.png")])
+    code = main(
+        [
+            "abstract",
+            "pendulum",
+            "--policy",
+            str(REPO / "benchmarks/policies/pendulum.json"),
+            "--plot",
+            str(tmp_path / "h.png"),
+        ]
+    )
     assert code == 1
     err = _one_error_line(capfd.readouterr().err)
     assert "matplotlib" in err and "pip install matplotlib" in err
@@ -95,8 +104,9 @@ def test_interval_probabilities_are_unsupported(storm_files: Path, capfd: pytest
     assert "interval probabilities" in err and "not supported" in err and "sum" not in err
 
 
-@pytest.mark.parametrize(("const", "needle"), [("N=3,M=3", "its undefined constants are N"),
-                                               ("M=3", "its undefined constants are N")])
+@pytest.mark.parametrize(
+    ("const", "needle"), [("N=3,M=3", "its undefined constants are N"), ("M=3", "its undefined constants are N")]
+)
 def test_unknown_constant_names_the_ones_to_give(const: str, needle: str, capfd: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "example", "--const", const, *CRASH, "--quiet"]) == 3
     err = _one_error_line(capfd.readouterr().err)
@@ -104,8 +114,9 @@ def test_unknown_constant_names_the_ones_to_give(const: str, needle: str, capfd:
     assert "slip" not in err and "[" not in err.split("'M'")[1]  # not the defined one, not a Python list
 
 
-@pytest.mark.parametrize(("mode", "prop"), [("stochastic", 'R{"steps"}=? [F "goal"]'),
-                                            ("monolithic", 'Pmax=? [F "crash"]')])
+@pytest.mark.parametrize(
+    ("mode", "prop"), [("stochastic", 'R{"steps"}=? [F "goal"]'), ("monolithic", 'Pmax=? [F "crash"]')]
+)
 def test_drn_export_reads_back_exactly(tmp_path: Path, mode: str, prop: str) -> None:
     import stormpy
 
@@ -134,8 +145,9 @@ def test_drn_export_reads_back_exactly(tmp_path: Path, mode: str, prop: str) -> 
 # -- rough edges: the command line -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["run", "example", "--porp", "x"], ["run", "example"],
-                                  ["run", "example", *CRASH, "--export", "m.txt"]])
+@pytest.mark.parametrize(
+    "args", [["run", "example", "--porp", "x"], ["run", "example"], ["run", "example", *CRASH, "--export", "m.txt"]]
+)
 def test_run_usage_errors_print_runs_usage(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(args)
@@ -230,8 +242,13 @@ def test_phases_are_named_logged_and_add_up(tmp_path: Path, caplog: pytest.LogCa
 
     seen: list[tuple[str, str]] = []
     with caplog.at_level(logging.INFO, logger="distmc.phase"):
-        r = verify(example_path("example"), 'P=? [F "crash"]', constants="N=4", phases=lambda n, d: seen.append((n, d)),
-                   export_path=tmp_path / "m.umb")
+        r = verify(
+            example_path("example"),
+            'P=? [F "crash"]',
+            constants="N=4",
+            phases=lambda n, d: seen.append((n, d)),
+            export_path=tmp_path / "m.umb",
+        )
     assert [n for n, _ in seen] == ["parsing", "exploring", "assembling", "exporting", "handing to Storm", "checking"]
     assert seen[-1] == ("checking", "Storm")
     events = [(rec.getMessage().split()[0], rec.getMessage().split()[1]) for rec in caplog.records]
@@ -252,15 +269,25 @@ def test_native_check_has_no_handoff() -> None:
     from distmc.api import verify
 
     seen: list[tuple[str, str]] = []
-    r = verify(example_path("example"), 'P=? [F "crash"]', constants="N=3", checker="native",
-               phases=lambda n, d: seen.append((n, d)))
+    r = verify(
+        example_path("example"),
+        'P=? [F "crash"]',
+        constants="N=3",
+        checker="native",
+        phases=lambda n, d: seen.append((n, d)),
+    )
     assert ("checking", "distmc's native value iteration") in seen and "handing to Storm" not in dict(seen)
     assert r.timings["handoff_s"] == 0.0 and "hand-off" not in r.summary()  # type: ignore[union-attr]
     # the checker's own steps reach the listener as details of the checking phase
     assert any(n == "checking" and d.startswith("sound value iteration: gap ") for n, d in seen), seen
     seen.clear()
-    verify(example_path("example"), 'P=? [F<=5 "crash"]', constants="N=3", checker="native",
-           phases=lambda n, d: seen.append((n, d)))
+    verify(
+        example_path("example"),
+        'P=? [F<=5 "crash"]',
+        constants="N=3",
+        checker="native",
+        phases=lambda n, d: seen.append((n, d)),
+    )
     steps = [d for n, d in seen if n == "checking" and d.startswith("checking: step")]
     assert steps and set(steps) <= {f"checking: step {i}/5" for i in range(1, 6)} and steps == sorted(steps)
 
@@ -320,8 +347,10 @@ def test_readme_script_finds_every_command_and_checks_values() -> None:
     assert found[0].lines and found[0].lines[0].startswith('P=? [F "crash"]  =  ')
     python = [c for c in found if "\n" in c.cmd and "verify(" in c.cmd]
     assert python and all(c.lines for c in python)
-    line = '  model .../gridworld.prism (stochastic, policy p.pt in float64); induced dtmc: 1296 states, depth 12'
-    printed = 'x\n  model /a/b/gridworld.prism (stochastic, policy p.pt in float64); induced dtmc: 1296 states, depth 12'
+    line = "  model .../gridworld.prism (stochastic, policy p.pt in float64); induced dtmc: 1296 states, depth 12"
+    printed = (
+        "x\n  model /a/b/gridworld.prism (stochastic, policy p.pt in float64); induced dtmc: 1296 states, depth 12"
+    )
     assert readme.missing_line(printed, [line]) is None
     assert readme.missing_line(printed.replace("1296", "1297"), [line]) == line
     assert readme.missing_line(printed.replace("float64", "float32"), [line]) == line

@@ -46,7 +46,9 @@ INIT_BLOCKS = True
 #: out applied twice; see tests/test_regressions.py).
 PRINTED_MOD = True
 SETTINGS: dict[str, Any] = dict(
-    deadline=None, derandomize=True, database=None,
+    deadline=None,
+    derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 if os.environ.get("DISTMC_NO_SHRINK"):  # quicker iterations while investigating a failure
@@ -441,8 +443,11 @@ def _check_kernel(path: Path, gp: GProgram, compiled: bool) -> None:
 
 def _close(a: Any, b: Any, tol: float = 1e-9) -> bool:
     if isinstance(a, dict) or isinstance(b, dict):
-        return isinstance(a, dict) and isinstance(b, dict) and _close(a["min"], b["min"], tol) and _close(
-            a["max"], b["max"], tol
+        return (
+            isinstance(a, dict)
+            and isinstance(b, dict)
+            and _close(a["min"], b["min"], tol)
+            and _close(a["max"], b["max"], tol)
         )
     a, b = float(a), float(b)
     if math.isinf(a) or math.isinf(b):
@@ -469,23 +474,30 @@ def test_monolithic_values_match_storm(folder: Path, gp: GProgram) -> None:
             with pytest.raises(DistmcError):
                 verify(path, prop, mode="monolithic")
             continue
-        event(f"{prop}: {'nondeterministic' if isinstance(ref['result'], dict) else 'one value'}"
-              + (", in (0, 1)" if isinstance(ref["result"], float) and 0 < ref["result"] < 1 else "")
-              + (", min < max" if isinstance(ref["result"], dict) and ref["result"]["min"] < ref["result"]["max"] else ""))
+        event(
+            f"{prop}: {'nondeterministic' if isinstance(ref['result'], dict) else 'one value'}"
+            + (", in (0, 1)" if isinstance(ref["result"], float) and 0 < ref["result"] < 1 else "")
+            + (", min < max" if isinstance(ref["result"], dict) and ref["result"]["min"] < ref["result"]["max"] else "")
+        )
         # The first property with distmc's default kernel, the others with the numpy kernel (quicker to set up).
         with contextlib.nullcontext() if j == 0 else _numpy_kernel():
             got = verify(path, prop, mode="monolithic")
         assert isinstance(got, Report)
         where = f"{prop} on\n{gp.text}"
         assert (got.states, got.transitions, got.choices) == (ref["states"], ref["transitions"], ref["choices"]), (
-            where, (got.states, got.transitions, got.choices), ref)
+            where,
+            (got.states, got.transitions, got.choices),
+            ref,
+        )
         assert _close(got.result, ref["result"]), (where, got.result, ref["result"])
 
 
 # -- C: network policies against Storm's MDP weighted in Python --------------------------------------------------
 
 
-def _policy_files(gp_path: Path, features: list[str], actions: list[str], seed: int, output: str) -> tuple[Any, Path, Path]:
+def _policy_files(
+    gp_path: Path, features: list[str], actions: list[str], seed: int, output: str
+) -> tuple[Any, Path, Path]:
     import torch
 
     class Net(torch.nn.Module):
@@ -511,8 +523,11 @@ def _policy_files(gp_path: Path, features: list[str], actions: list[str], seed: 
 
 
 @settings(max_examples=50, **SETTINGS)
-@given(programs(model_type="mdp", distinct=True, init_block=False), st.integers(0, 2**31 - 1),
-       st.sampled_from(["probabilities", "logits"]))
+@given(
+    programs(model_type="mdp", distinct=True, init_block=False),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["probabilities", "logits"]),
+)
 def test_network_policy_matches_storm(folder: Path, gp: GProgram, seed: int, output: str) -> None:
     import torch
 
@@ -523,8 +538,10 @@ def test_network_policy_matches_storm(folder: Path, gp: GProgram, seed: int, out
     # The generator guarantees distinct labels per state (storm_policy_reference relies on it); check it.
     m = full.transition_matrix
     for s in range(full.nr_states):
-        labs = [next(iter(full.choice_labeling.get_labels_of_choice(c)), "")
-                for c in range(m.get_row_group_start(s), m.get_row_group_end(s))]
+        labs = [
+            next(iter(full.choice_labeling.get_labels_of_choice(c)), "")
+            for c in range(m.get_row_group_start(s), m.get_row_group_end(s))
+        ]
         assert len(set(labs)) == len(labs), (s, labs, gp.text)
     model = load_model(path)
     features = [v.name for v in model.variables]
@@ -567,19 +584,56 @@ def test_generator_covers_the_operators() -> None:
     @given(programs())
     def collect(gp: GProgram) -> None:
         t = gp.text
-        for needle in ("global ", "mod(", "floor(", "ceil(", "min(", "max(", " ? ", "=>", ") = (", ") != (", " | ", " * ",
-                       "[a]", "[]", "dtmc", "mdp", "rewards", "init (", "bool", "[(-1).."):
+        for needle in (
+            "global ",
+            "mod(",
+            "floor(",
+            "ceil(",
+            "min(",
+            "max(",
+            " ? ",
+            "=>",
+            ") = (",
+            ") != (",
+            " | ",
+            " * ",
+            "[a]",
+            "[]",
+            "dtmc",
+            "mdp",
+            "rewards",
+            "init (",
+            "bool",
+            "[(-1)..",
+        ):
             if needle in t:
                 seen.add(needle)
-        if sum(1 for k in range(3) if f"module M{k}" in t) > 1 and any(
-            t.count(f"[{a}]") > 1 for a in ACTIONS
-        ):
+        if sum(1 for k in range(3) if f"module M{k}" in t) > 1 and any(t.count(f"[{a}]") > 1 for a in ACTIONS):
             seen.add("sync")
 
     collect()
-    missing = {"global ", "mod(", "floor(", "ceil(", "min(", "max(", " ? ", "=>", ") = (", ") != (", " | ", " * ", "[a]",
-               "[]", "dtmc", "mdp", "rewards", "bool", "[(-1)..", "sync"} - seen
+    missing = {
+        "global ",
+        "mod(",
+        "floor(",
+        "ceil(",
+        "min(",
+        "max(",
+        " ? ",
+        "=>",
+        ") = (",
+        ") != (",
+        " | ",
+        " * ",
+        "[a]",
+        "[]",
+        "dtmc",
+        "mdp",
+        "rewards",
+        "bool",
+        "[(-1)..",
+        "sync",
+    } - seen
     if INIT_BLOCKS:
         missing |= {"init ("} - seen
     assert not missing
-

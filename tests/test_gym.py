@@ -33,12 +33,15 @@ def grid_env(**kw: object) -> PrismEnv:
     return PrismEnv(GRID, "N=4", reward="steps", done_label=["crash", "goal"], **kw)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("make", [
-    lambda: grid_env(),
-    lambda: grid_env(normalize=True),
-    lambda: PrismEnv(CHOICES, reward="cost", done_label="end", max_steps=20),
-    lambda: PrismEnv(CHAIN, reward="r", done_label="done"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: grid_env(),
+        lambda: grid_env(normalize=True),
+        lambda: PrismEnv(CHOICES, reward="cost", done_label="end", max_steps=20),
+        lambda: PrismEnv(CHAIN, reward="r", done_label="done"),
+    ],
+)
 def test_env_checker_clean(make: object) -> None:
     env = make()  # type: ignore[operator]
     with warnings.catch_warnings():
@@ -79,7 +82,9 @@ def assert_matches(counts: dict[tuple[int, ...], int], expected: dict[tuple[int,
         assert abs(c - n * p) <= Z * sd + 1e-9, f"successor {k}: {c} of {n}, expected {n * p:.1f} (sd {sd:.1f})"
 
 
-def sample_steps(env: PrismEnv, state: np.ndarray, action: int, n: int) -> tuple[dict[tuple[int, ...], int], set[float]]:
+def sample_steps(
+    env: PrismEnv, state: np.ndarray, action: int, n: int
+) -> tuple[dict[tuple[int, ...], int], set[float]]:
     counts: dict[tuple[int, ...], int] = {}
     rewards = set()
     env.reset(seed=1234)
@@ -187,7 +192,9 @@ def test_rollout_matches_verified_values() -> None:
 def test_rollout_with_network_policy_counts_each_state_once() -> None:
 
     pt = REPO / "distmc" / "examples" / "gridworld_policy.pt"
-    env = PrismEnv(GRID, "N=6", done_label=["crash", "goal"], interface=REPO / "distmc" / "examples" / "gridworld_policy.json")
+    env = PrismEnv(
+        GRID, "N=6", done_label=["crash", "goal"], interface=REPO / "distmc" / "examples" / "gridworld_policy.json"
+    )
     policy = load_policy(str(pt), env.model)  # finds gridworld_policy.json beside it
     res = rollout(env, policy, 5000, seed=5, labels=["crash"])
     est, se = res.probability("crash")
@@ -218,10 +225,12 @@ def test_trained_ppo_verifies_without_handwritten_interface(tmp_path: Path) -> N
     from distmc.gym import export_policy
 
     torch.manual_seed(0)
-    env = PrismEnv(GRID, "N=3", reward="steps", done_label=["crash", "goal"], reward_scale=-1.0, max_steps=30,
-                   normalize=True)
-    model = sb3.PPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cpu",
-                    policy_kwargs={"net_arch": [16]})
+    env = PrismEnv(
+        GRID, "N=3", reward="steps", done_label=["crash", "goal"], reward_scale=-1.0, max_steps=30, normalize=True
+    )
+    model = sb3.PPO(
+        "MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cpu", policy_kwargs={"net_arch": [16]}
+    )
     model.learn(128)
     pt, iface = export_policy(model, tmp_path / "trained.pt", env)
     assert iface == tmp_path / "trained.json"
@@ -255,10 +264,18 @@ def test_maskable_ppo_trains_on_masks_and_verifies_from_zip(tmp_path: Path) -> N
     from distmc.gym import export_policy
 
     torch.manual_seed(0)
-    env = PrismEnv(GRID, "N=3", reward="steps", done_label=["crash", "goal"], reward_scale=-1.0, max_steps=30,
-                   invalid_action="raise")  # MaskablePPO never picks a disabled action: raising proves it
-    model = contrib.MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cpu",
-                                policy_kwargs={"net_arch": [16]})
+    env = PrismEnv(
+        GRID,
+        "N=3",
+        reward="steps",
+        done_label=["crash", "goal"],
+        reward_scale=-1.0,
+        max_steps=30,
+        invalid_action="raise",
+    )  # MaskablePPO never picks a disabled action: raising proves it
+    model = contrib.MaskablePPO(
+        "MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=2, seed=0, device="cpu", policy_kwargs={"net_arch": [16]}
+    )
     model.learn(128)
     model.save(str(tmp_path / "trained.zip"))
     env.save_interface(tmp_path / "trained.json")

@@ -26,7 +26,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("distmc.options", "distmc.pipeline"),  # a run's options and its job
     ("distmc.explain",),  # traces, values, plots
     ("distmc.distributed",),  # the Ray runtime: coordinator, actors, exchange, policy servers, checkpoints
-    ("distmc.report", "distmc.rounds", "distmc.api", "distmc.region"),  # verify, Report, Session, sweep; --width's rounds; --region
+    (
+        "distmc.report",
+        "distmc.rounds",
+        "distmc.api",
+        "distmc.region",
+    ),  # verify, Report, Session, sweep; --width's rounds; --region
     ("distmc.abstract", "distmc.curve", "distmc.shield"),  # the front ends over them
     ("distmc.integrations",),  # training-loop callbacks
     ("distmc._internal.subcommand",),  # what the subcommands share
@@ -160,15 +165,18 @@ def test_module_length(name: str) -> None:
     assert lines <= MAX_LINES, f"{MODULES[name]}: {lines} lines (at most {MAX_LINES}: split it by responsibility)"
 
 
-
 #: At most this many ``type: ignore`` in ``distmc/``, each with a comment that gives its reason.
 MAX_TYPE_IGNORES = 5
 
 
 def lines_with(text: str) -> list[str]:
     """``path:line`` of every line of ``distmc/`` that holds ``text``."""
-    return [f"{path}:{i}" for path in MODULES.values() for i, line in enumerate(path.read_text().splitlines(), 1)
-            if text in line]
+    return [
+        f"{path}:{i}"
+        for path in MODULES.values()
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if text in line
+    ]
 
 
 def test_type_ignores_are_few() -> None:

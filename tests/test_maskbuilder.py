@@ -25,7 +25,9 @@ CASES = [
 
 @pytest.mark.parametrize("mode", ["stochastic", "deterministic"])
 @pytest.mark.parametrize(("path", "constants", "prop"), CASES, ids=["avoid-bounded", "avoid-slick", "climber"])
-def test_distmc_equals_storm_mask_builder(tmp_path: Path, path: Path, constants: str | None, prop: str, mode: str) -> None:
+def test_distmc_equals_storm_mask_builder(
+    tmp_path: Path, path: Path, constants: str | None, prop: str, mode: str
+) -> None:
     if not path.is_file():
         pytest.skip(f"reference model {path} not present (../shared/models/coolmc is only beside a checkout)")
     net, features, actions = network_for(path, constants, hidden=16, seed=3, dtype=torch.float64)

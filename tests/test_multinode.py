@@ -37,8 +37,9 @@ def cluster() -> Iterator[Any]:
 def test_three_nodes_identical_model(cluster: Any) -> None:
     ref = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=5", **POLICY, keep_model=True)
     assert isinstance(ref, tuple)
-    got = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=5", **POLICY, workers=3, address=cluster.address,
-                 keep_model=True)
+    got = verify(
+        EXAMPLE, 'P=? [F "crash"]', constants="N=5", **POLICY, workers=3, address=cluster.address, keep_model=True
+    )
     assert isinstance(got, tuple)
     (r0, m0), (r, m) = ref, got
     assert r.driver == "ray"
@@ -54,8 +55,7 @@ def test_three_nodes_distributed_check(cluster: Any) -> None:
 
     for prop in ('P=? [F<=30 "crash"]', 'P=? [!"goal" U "crash"]'):
         local = verify(EXAMPLE, prop, constants="N=5", **POLICY, checker="native")
-        r = verify(EXAMPLE, prop, constants="N=5", **POLICY, workers=3, address=cluster.address,
-                   checker="distributed")
+        r = verify(EXAMPLE, prop, constants="N=5", **POLICY, workers=3, address=cluster.address, checker="distributed")
         assert r.checker == "distributed"  # type: ignore[union-attr]
         assert len({w["node"] for w in r.worker_stats}) == 3  # type: ignore[union-attr]
         assert (r.states, r.transitions) == (local.states, local.transitions)  # type: ignore[union-attr]
@@ -68,8 +68,15 @@ def test_three_nodes_distributed_check(cluster: Any) -> None:
     def sample(info: dict) -> None:
         peak[0] = max(peak[0], rss_bytes())
 
-    big = verify(EXAMPLE, 'P=? [F<=50 "crash"]', constants="N=40", workers=3, address=cluster.address,
-                 checker="distributed", progress=sample)
+    big = verify(
+        EXAMPLE,
+        'P=? [F<=50 "crash"]',
+        constants="N=40",
+        workers=3,
+        address=cluster.address,
+        checker="distributed",
+        progress=sample,
+    )
     rows = 16 * big.transitions  # type: ignore[union-attr]
     assert big.transitions > 30_000_000  # type: ignore[union-attr]
     assert peak[0] - base < rows / 8, (peak[0] - base, rows)  # about 20 MB of Ray's own, against 480 MB of rows
@@ -95,8 +102,17 @@ def test_worker_process_killed_and_node_lost_on_a_cluster(cluster: Any, tmp_path
             c.remove_node(node)
             events.append("node")
 
-    got = verify(EXAMPLE, 'P=? [F "crash"]', constants="N=6", **POLICY, workers=3, address=c.address,
-                 checkpoint_dir=tmp_path / "ck", progress=fault, keep_model=True)
+    got = verify(
+        EXAMPLE,
+        'P=? [F "crash"]',
+        constants="N=6",
+        **POLICY,
+        workers=3,
+        address=c.address,
+        checkpoint_dir=tmp_path / "ck",
+        progress=fault,
+        keep_model=True,
+    )
     assert isinstance(got, tuple)
     r, m = got
     assert events == ["kill", "node"] and r.restarts == 2

@@ -31,13 +31,13 @@ GRID_PROPS = [
     'P=? [x < 3 U<=20 "goal"]',
     'P=? [F<=0 "crash"]',
     'P=? [true U "init"]',
-    'P=? [F x=2 & y=1]',
+    "P=? [F x=2 & y=1]",
     'P=? [F ("crash" & "init")]',
     'P=? [!"init" U<=7 "crash" | "goal"]',
     'R=? [F "crash" | "goal"]',
     'R=? [F "goal"]',  # infinite: a crash ends the episode short of the goal
-    'R=? [C<=10]',
-    'R=? [C<=0]',
+    "R=? [C<=10]",
+    "R=? [C<=0]",
 ]
 
 
@@ -68,12 +68,12 @@ def test_gridworld_matches_storm(prop: str, policy: str) -> None:
     [
         ("dtmc/die.pm", 'P=? [F "one"]'),
         ("dtmc/die.pm", 'P=? [F<=3 "done"]'),
-        ("dtmc/brp-16-2.pm", 'P=? [F s=5]'),
-        ("dtmc/crowds-5-5.pm", 'P=? [F observe0>1]'),
-        ("dtmc/crowds-5-5.pm", 'P=? [F<=20 observe0>1]'),
+        ("dtmc/brp-16-2.pm", "P=? [F s=5]"),
+        ("dtmc/crowds-5-5.pm", "P=? [F observe0>1]"),
+        ("dtmc/crowds-5-5.pm", "P=? [F<=20 observe0>1]"),
         ("dtmc/leader-3-5.pm", 'P=? [F<=4 "elected"]'),
-        ("dtmc/nand-5-2.pm", 'P=? [F s=4 & z/N<0.1]'),
-        ("mdp/slipgrid.nm", 'P=? [F x=3 & y=3]'),
+        ("dtmc/nand-5-2.pm", "P=? [F s=4 & z/N<0.1]"),
+        ("mdp/slipgrid.nm", "P=? [F x=3 & y=3]"),
         ("dtmc/die.pm", 'R=? [F "done"]'),
         ("dtmc/die.pm", "R=? [C<=5]"),
         (CHAIN, 'R=? [F "done"]'),  # state rewards
@@ -87,7 +87,9 @@ def test_storm_models_match_storm(name: str | Path, prop: str) -> None:
     assert _close(storm, native, 2e-12), (storm, native)
 
 
-@pytest.mark.skipif(not (SHARED_MODELS / "avoid.prism").exists(), reason="../shared/models/coolmc is not beside this checkout")
+@pytest.mark.skipif(
+    not (SHARED_MODELS / "avoid.prism").exists(), reason="../shared/models/coolmc is not beside this checkout"
+)
 @pytest.mark.parametrize("prop", ["P=? [F<=100 COLLISION=true]", "P=? [x<3 U COLLISION=true]"])
 def test_avoid_matches_storm(prop: str) -> None:
     storm, native = _both(SHARED_MODELS / "avoid.prism", prop, constants="xMax=4,yMax=4,slickness=0.1")
@@ -97,8 +99,8 @@ def test_avoid_matches_storm(prop: str) -> None:
 @pytest.mark.parametrize(
     ("prop", "kwargs", "why"),
     [
-        ('R=? [C]', {}, "rewards of the forms"),
-        ('R=? [LRA]', {}, "rewards of the forms"),
+        ("R=? [C]", {}, "rewards of the forms"),
+        ("R=? [LRA]", {}, "rewards of the forms"),
         ("R=? [C<3]", {}, "rewards of the forms"),
         ('P=? [F "crash"]', {"mode": "monolithic"}, "MDP"),
         ('P=? [F[2,5] "crash"]', {}, "step bounds"),
@@ -114,8 +116,11 @@ def test_native_refuses_what_it_cannot_check(prop: str, kwargs: dict[str, str], 
 
 def _induced() -> tuple[object, object]:
     report, induced = verify(EXAMPLE, 'P=? [F<=10 "crash"]', constants="N=4", keep_model=True)  # type: ignore[misc]
-    spec = Job(str(EXAMPLE), 'P=? [F<=10 "crash"]', "N=4", "uniform", None, "stochastic", 0.0, "none",
-               False).build(explorer=True).spec
+    spec = (
+        Job(str(EXAMPLE), 'P=? [F<=10 "crash"]', "N=4", "uniform", None, "stochastic", 0.0, "none", False)
+        .build(explorer=True)
+        .spec
+    )
     return induced, spec
 
 
@@ -132,23 +137,40 @@ def test_auto_takes_native_only_when_storm_would_not_fit() -> None:
 
 def test_auto_stops_when_neither_fits() -> None:
     report, induced = verify(EXAMPLE, "R=? [C]", constants="N=4", keep_model=True)  # type: ignore[misc]
-    spec = Job(str(EXAMPLE), "R=? [C]", "N=4", "uniform", None, "stochastic", 0.0, "none",
-               False).build(explorer=True).spec
+    spec = (
+        Job(str(EXAMPLE), "R=? [C]", "N=4", "uniform", None, "stochastic", 0.0, "none", False).build(explorer=True).spec
+    )
     with pytest.raises(ResourceLimitError, match="native checker cannot check it: .*rewards"):
         choose_checker("auto", Limits(max_memory=rss_bytes() + 1), induced, spec, 0, release=True)
 
 
 def test_cli_checker_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
-    assert main(["run", str(EXAMPLE), "--const", "N=4", "--prop", 'P=? [F "crash"]', "--checker", "native",
-                 "--quiet", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(EXAMPLE),
+                "--const",
+                "N=4",
+                "--prop",
+                'P=? [F "crash"]',
+                "--checker",
+                "native",
+                "--quiet",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     native = json.loads(out.read_text())
     assert native["checker"] == "native"
-    assert main(["run", str(EXAMPLE), "--const", "N=4", "--prop", 'P=? [F "crash"]', "--quiet", "--json",
-                 str(out)]) == 0
+    assert (
+        main(["run", str(EXAMPLE), "--const", "N=4", "--prop", 'P=? [F "crash"]', "--quiet", "--json", str(out)]) == 0
+    )
     storm = json.loads(out.read_text())
     assert storm["checker"] == "storm"
     assert abs(native["result"] - storm["result"]) <= 2e-12
-    assert main(["run", str(EXAMPLE), "--const", "N=4", "--prop", "R=? [C]", "--checker", "native",
-                 "--quiet"]) != 0
+    assert main(["run", str(EXAMPLE), "--const", "N=4", "--prop", "R=? [C]", "--checker", "native", "--quiet"]) != 0
     assert "--checker native cannot check" in capsys.readouterr().err

@@ -65,8 +65,9 @@ def test_bounds_contain_the_full_value_and_nest(full: dict[str, float], prop: st
     assert math.isinf(widths[-1]) or widths[-1] < widths[0]  # more states, a narrower interval
 
 
-@pytest.mark.parametrize("prop", ['P=? [F "crash"]', 'P=? [F<=12 "goal"]', 'R{"steps"}=? [C<=15]',
-                                  'R{"steps"}=? [F "goal" | "crash"]'])
+@pytest.mark.parametrize(
+    "prop", ['P=? [F "crash"]', 'P=? [F<=12 "goal"]', 'R{"steps"}=? [C<=15]', 'R{"steps"}=? [F "goal" | "crash"]']
+)
 def test_native_and_storm_give_the_same_bounds(prop: str) -> None:
     a = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=120, checker="storm")
     b = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=120, checker="native")
@@ -125,8 +126,26 @@ def test_horizon_cut_is_exact() -> None:
 
 def test_cli_exits_0_with_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
-    assert main(["run", "example", "--const", "N=5", "--policy", "example", "--prop", 'P=? [F "crash"]',
-                 "--max-states", "100", "--json", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "example",
+                "--const",
+                "N=5",
+                "--policy",
+                "example",
+                "--prop",
+                'P=? [F "crash"]',
+                "--max-states",
+                "100",
+                "--json",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     rep = json.loads(out.read_text())
     assert rep["partial"] is True and rep["frontier"]["frontier_states"] > 0
     assert 0.0 <= rep["frontier"]["frontier_probability"] <= 1.0
@@ -195,19 +214,25 @@ def test_resume_to_a_smaller_width_goes_on_from_the_checkpoint(tmp_path: Path) -
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_distributed_checker_bounds_the_partial_model_on_the_workers(local_ray: None, full: dict[str, float],
-                                                                   workers: int) -> None:
-    for prop in ('P=? [F "crash"]', 'P=? [!"crash" U "goal"]', 'P=? [F<=12 "goal"]', 'R{"steps"}=? [C<=15]',
-                 'R{"steps"}=? [F "goal" | "crash"]'):
+def test_distributed_checker_bounds_the_partial_model_on_the_workers(
+    local_ray: None, full: dict[str, float], workers: int
+) -> None:
+    for prop in (
+        'P=? [F "crash"]',
+        'P=? [!"crash" U "goal"]',
+        'P=? [F<=12 "goal"]',
+        'R{"steps"}=? [C<=15]',
+        'R{"steps"}=? [F "goal" | "crash"]',
+    ):
         here = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=160, checker="native")
-        there = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=160, workers=workers,
-                       checker="distributed")
+        there = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=160, workers=workers, checker="distributed")
         assert isinstance(here, Report) and isinstance(there, Report)
         assert there.partial and there.checker == "distributed"
         assert there.frontier is not None and here.frontier is not None
         assert there.frontier["frontier_states"] == here.frontier["frontier_states"]
-        assert there.frontier["frontier_probability"] == pytest.approx(here.frontier["frontier_probability"],
-                                                                       abs=2e-6)  # REACH_PRECISION
+        assert there.frontier["frontier_probability"] == pytest.approx(
+            here.frontier["frontier_probability"], abs=2e-6
+        )  # REACH_PRECISION
         assert _bounds(there) == pytest.approx(_bounds(here), abs=1e-11), prop
         assert _inside(full[prop], *_bounds(there))
 
@@ -217,8 +242,9 @@ def test_horizon_cut_on_the_workers_is_exact(local_ray: None) -> None:
     for prop in ('P=? [F<=6 "crash"]', 'R{"steps"}=? [C<=5]'):
         whole = verify(EXAMPLE, prop, constants="N=6", **POLICY)
         for checker in ("distributed", "auto"):
-            cut = verify(EXAMPLE, prop, constants="N=6", **POLICY, horizon_cut=True, workers=2, driver="ray",
-                         checker=checker)
+            cut = verify(
+                EXAMPLE, prop, constants="N=6", **POLICY, horizon_cut=True, workers=2, driver="ray", checker=checker
+            )
             assert isinstance(whole, Report) and isinstance(cut, Report) and not cut.partial
             assert cut.frontier is not None and cut.states < whole.states
             assert abs(float(cut.result) - float(whole.result)) <= 1e-12, (prop, checker)  # type: ignore[arg-type]

@@ -23,10 +23,13 @@ def _same(a: Report, b: Report) -> None:
     assert a.bounds == b.bounds and a.result == b.result
     ra, rb = a.rounds or [], b.rounds or []
     assert [(r["states"], r["explored_states"], r["width"]) for r in ra] == [
-        (r["states"], r["explored_states"], r["width"]) for r in rb]
+        (r["states"], r["explored_states"], r["width"]) for r in rb
+    ]
 
 
-@pytest.mark.parametrize("workers", [2, pytest.param(1, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "workers", [2, pytest.param(1, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)]
+)
 def test_width_rounds_on_ray_explore_the_in_process_set(local_ray: None, workers: int) -> None:
     here = verify(EXAMPLE, CRASH, constants="N=8", **POLICY, width=1e-2)
     there = verify(EXAMPLE, CRASH, constants="N=8", **POLICY, width=1e-2, workers=workers, driver="ray")
@@ -114,7 +117,8 @@ class _CtrlCAfter:
 
 
 def test_ctrl_c_with_the_next_level_expanded_ahead_stops_where_one_worker_stops(
-        local_ray: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    local_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two workers expand the next level with a level's store; a stop takes that expansion back (unexpand)."""
     from distmc.distributed import coordinator
 
@@ -124,6 +128,10 @@ def test_ctrl_c_with_the_next_level_expanded_ahead_stops_where_one_worker_stops(
         runs.append(verify(EXAMPLE, CRASH, constants="N=8", **POLICY, workers=workers, driver="ray"))
     one, two = runs
     assert isinstance(one, Report) and isinstance(two, Report) and one.partial and two.partial
-    assert (one.states, one.transitions, one.frontier, one.depth) == (two.states, two.transitions, two.frontier,
-                                                                      two.depth)
+    assert (one.states, one.transitions, one.frontier, one.depth) == (
+        two.states,
+        two.transitions,
+        two.frontier,
+        two.depth,
+    )
     assert one.bounds == pytest.approx(two.bounds, abs=1e-12)

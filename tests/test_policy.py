@@ -55,8 +55,9 @@ def test_network_policy_matches_reference(tmp_path: Path, mode: str, output: str
     f, i = save(tmp_path, net, output)
     prop = 'P=? [F "crash"]'
     got = verify(EXAMPLE, prop, constants="N=4", policy=str(f), interface=i, mode=mode)
-    ref = storm_policy_reference(EXAMPLE, "N=4", prop, pi_of(net, output == "logits"), ACTIONS,
-                                 deterministic=mode == "deterministic")
+    ref = storm_policy_reference(
+        EXAMPLE, "N=4", prop, pi_of(net, output == "logits"), ACTIONS, deterministic=mode == "deterministic"
+    )
     assert (got.states, got.transitions) == (ref["states"], ref["transitions"])
     # The network computes in float32 and batched matmuls round differently from one-state calls (~1e-7 per
     # probability), so the values agree to that precision, not to 1e-9; the structure agrees exactly.
@@ -95,9 +96,16 @@ class Bad(torch.nn.Module):
         return torch.tensor([0.0, 1.0, 0.0, 0.0]).repeat(x.shape[0], 1)
 
 
-@pytest.mark.parametrize(("kind", "needle"), [("nan", "not finite"), ("negative", "negative"),
-                                              ("shape", "shape"), ("zero", "zero probability"),
-                                              ("unnormalised", "summing to 0.8, not 1")])
+@pytest.mark.parametrize(
+    ("kind", "needle"),
+    [
+        ("nan", "not finite"),
+        ("negative", "negative"),
+        ("shape", "shape"),
+        ("zero", "zero probability"),
+        ("unnormalised", "summing to 0.8, not 1"),
+    ],
+)
 def test_bad_network_output_names_state(tmp_path: Path, kind: str, needle: str) -> None:
     f, i = save(tmp_path, Bad(kind), "probabilities")
     with pytest.raises(PolicyError, match=needle) as err:

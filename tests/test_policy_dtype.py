@@ -25,15 +25,24 @@ GRID = REPO / "distmc" / "examples" / "gridworld.prism"
 EXAMPLE = REPO / "distmc" / "examples" / "gridworld_policy.pt"
 PROP = 'P=? [F "crash"]'
 CONST = "N=6"
-IFACE = {"features": ["x", "y", "px", "py"], "actions": ["up", "down", "left", "right"], "output": "logits",
-         "scale": {"x": 0.2, "y": 0.2, "px": 0.2, "py": 0.2}}
+IFACE = {
+    "features": ["x", "y", "px", "py"],
+    "actions": ["up", "down", "left", "right"],
+    "output": "logits",
+    "scale": {"x": 0.2, "y": 0.2, "px": 0.2, "py": 0.2},
+}
 
 
 def mlp(hidden: int = 64, seed: int = 5) -> torch.nn.Sequential:
     """A 2x``hidden`` tanh MLP over the gridworld's 4 inputs, with logits sharp enough to matter."""
     torch.manual_seed(seed)
-    net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, hidden),
-                              torch.nn.Tanh(), torch.nn.Linear(hidden, 4))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, hidden),
+        torch.nn.Tanh(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.Tanh(),
+        torch.nn.Linear(hidden, 4),
+    )
     with torch.no_grad():
         for p in net.parameters():
             p.mul_(2.0)
@@ -52,10 +61,16 @@ def nets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str |
 
 def induced(policy: tuple[str, str | None], **kw: object) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, str]:
     """(value, keys, targets, probabilities, policy precision) of the induced DTMC of ``policy``."""
-    report, m = verify(GRID, PROP, constants=CONST, policy=policy[0], interface=policy[1], keep_model=True,
-                       checker="storm", **kw)
-    return (float(report.result), m.keys, np.concatenate(m.target_chunks), np.concatenate(m.prob_chunks),
-            str(report.policy_dtype))
+    report, m = verify(
+        GRID, PROP, constants=CONST, policy=policy[0], interface=policy[1], keep_model=True, checker="storm", **kw
+    )
+    return (
+        float(report.result),
+        m.keys,
+        np.concatenate(m.target_chunks),
+        np.concatenate(m.prob_chunks),
+        str(report.policy_dtype),
+    )
 
 
 def assert_same(a: tuple, b: tuple, what: str) -> None:
@@ -85,8 +100,9 @@ def fixed_threads() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("name", ["example", "mlp2x64"])
-def test_any_batch_and_thread_count_same_model(nets: dict[str, tuple[str, str | None]], name: str,
-                                               monkeypatch: pytest.MonkeyPatch, fixed_threads: None) -> None:
+def test_any_batch_and_thread_count_same_model(
+    nets: dict[str, tuple[str, str | None]], name: str, monkeypatch: pytest.MonkeyPatch, fixed_threads: None
+) -> None:
     base = induced(nets[name])
     for rows in (1, 7, BATCH):
         for threads in (1, 2):
@@ -131,8 +147,9 @@ def test_traces_use_the_same_arithmetic(nets: dict[str, tuple[str, str | None]])
 
 def test_float32_is_an_option_and_is_reported(nets: dict[str, tuple[str, str | None]], tmp_path: Path) -> None:
     r64 = verify(GRID, PROP, constants=CONST, policy=nets["example"][0], interface=nets["example"][1])
-    r32 = verify(GRID, PROP, constants=CONST, policy=nets["example"][0], interface=nets["example"][1],
-                 policy_dtype="float32")
+    r32 = verify(
+        GRID, PROP, constants=CONST, policy=nets["example"][0], interface=nets["example"][1], policy_dtype="float32"
+    )
     assert (r64.policy_dtype, r32.policy_dtype) == ("float64", "float32")
     assert "in float64" in r64.summary() and "float32" not in r64.summary()
     assert "policy gridworld_policy.pt in float32" in r32.summary()
@@ -150,8 +167,15 @@ def test_float32_is_an_option_and_is_reported(nets: dict[str, tuple[str, str | N
 def test_float32_on_ray_workers_is_reported(nets: dict[str, tuple[str, str | None]], local_ray: None) -> None:
     local = verify(GRID, PROP, constants=CONST, policy=nets["mlp2x64"][0], policy_dtype="float32")
     for servers in (0, 1):
-        r = verify(GRID, PROP, constants=CONST, policy=nets["mlp2x64"][0], policy_dtype="float32", workers=2,
-                   policy_servers=servers)
+        r = verify(
+            GRID,
+            PROP,
+            constants=CONST,
+            policy=nets["mlp2x64"][0],
+            policy_dtype="float32",
+            workers=2,
+            policy_servers=servers,
+        )
         assert r.policy_dtype == "float32" and r.result == local.result, servers
         assert all(w["policy_dtype"] == "float32" for w in r.worker_stats)
 
@@ -194,8 +218,10 @@ def test_networks_that_cannot_run_in_float64_say_so(tmp_path: Path) -> None:
     iface.write_text(json.dumps(IFACE))
     sys.path.insert(0, str(tmp_path))
     try:
-        for spec, why in [("distmc_test_dtype_callable:policy", "fails on float64 inputs"),
-                          ("distmc_test_dtype_callable:rounded", "outputs are float32 numbers")]:
+        for spec, why in [
+            ("distmc_test_dtype_callable:policy", "fails on float64 inputs"),
+            ("distmc_test_dtype_callable:rounded", "outputs are float32 numbers"),
+        ]:
             pol = load_policy(spec, model, iface)
             assert pol.precision == "float32", spec  # type: ignore[attr-defined]
             assert __import__("re").search(why, pol.precision_note), (spec, pol.precision_note)  # type: ignore[attr-defined]
@@ -242,14 +268,21 @@ def test_onnx_runs_in_double_or_says_why(tmp_path: Path) -> None:
         for i, layer in enumerate(net):
             y = f"h{i}"
             if isinstance(layer, torch.nn.Linear):
-                weights += [numpy_helper.from_array(layer.weight.detach().float().numpy(), f"W{i}"),
-                            numpy_helper.from_array(layer.bias.detach().float().numpy(), f"b{i}")]
+                weights += [
+                    numpy_helper.from_array(layer.weight.detach().float().numpy(), f"W{i}"),
+                    numpy_helper.from_array(layer.bias.detach().float().numpy(), f"b{i}"),
+                ]
                 nodes.append(helper.make_node("Gemm", [x, f"W{i}", f"b{i}"], [y], transB=1))
             else:
                 nodes.append(helper.make_node(act, [x], [y]))
             x = y
-        graph = helper.make_graph(nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["b", 4])],
-                                  [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["b", 4])], weights)
+        graph = helper.make_graph(
+            nodes,
+            "policy",
+            [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["b", 4])],
+            [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["b", 4])],
+            weights,
+        )
         path = tmp_path / f"{act}.onnx"
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
         pol = load_policy(str(path), model, iface)

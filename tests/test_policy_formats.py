@@ -27,15 +27,20 @@ sb3_contrib = pytest.importorskip("sb3_contrib")
 REPO = Path(__file__).resolve().parents[1]
 GRID = REPO / "distmc" / "examples" / "gridworld.prism"
 CONST = "N=4"
-IFACE = {"features": ["x", "y", "px", "py"], "actions": ["up", "down", "left", "right"], "output": "logits",
-         "scale": {"x": 0.25, "y": 0.25}}
+IFACE = {
+    "features": ["x", "y", "px", "py"],
+    "actions": ["up", "down", "left", "right"],
+    "output": "logits",
+    "scale": {"x": 0.25, "y": 0.25},
+}
 ARCH = {"layers": [16, 8], "activation": "tanh"}
 
 
 def make_net() -> torch.nn.Sequential:
     torch.manual_seed(3)
-    net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8), torch.nn.Tanh(),
-                              torch.nn.Linear(8, 4))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4)
+    )
     with torch.no_grad():
         for p in net.parameters():
             p.mul_(3.0)  # sharper logits: distributions far from uniform
@@ -78,14 +83,21 @@ def save_onnx(net: torch.nn.Sequential, path: Path) -> None:
     for i, layer in enumerate(net):
         y = f"h{i}"
         if isinstance(layer, torch.nn.Linear):
-            weights += [numpy_helper.from_array(layer.weight.detach().numpy(), f"W{i}"),
-                        numpy_helper.from_array(layer.bias.detach().numpy(), f"b{i}")]
+            weights += [
+                numpy_helper.from_array(layer.weight.detach().numpy(), f"W{i}"),
+                numpy_helper.from_array(layer.bias.detach().numpy(), f"b{i}"),
+            ]
             nodes.append(helper.make_node("Gemm", [x, f"W{i}", f"b{i}"], [y], transB=1))
         else:
             nodes.append(helper.make_node("Tanh", [x], [y]))
         x = y
-    graph = helper.make_graph(nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", 4])],
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", 4])], weights)
+    graph = helper.make_graph(
+        nodes,
+        "policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", 4])],
+        weights,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
@@ -95,14 +107,14 @@ def _iface_obj() -> object:
     return Interface(IFACE["features"], IFACE["actions"], "logits", dict(IFACE["scale"]))
 
 
-CALLABLE_SRC = '''
+CALLABLE_SRC = """
 import torch
 NET = torch.jit.load({path!r})
 NET64 = torch.jit.load({path!r}).double()
 def policy(obs):
     with torch.no_grad():
         return (NET64 if obs.dtype == "float64" else NET)(torch.from_numpy(obs))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +128,9 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, bool
     (tmp / "net_ts.json").write_text(json.dumps(IFACE))
     out["torchscript"] = (str(ts), False, None)
     pt2 = tmp / "net_pt2.pt2"
-    torch.export.save(torch.export.export(net, (torch.zeros(BATCH, 4),),
-                                          dynamic_shapes=({0: torch.export.Dim("batch")},)), str(pt2))
+    torch.export.save(
+        torch.export.export(net, (torch.zeros(BATCH, 4),), dynamic_shapes=({0: torch.export.Dim("batch")},)), str(pt2)
+    )
     (tmp / "net_pt2.json").write_text(json.dumps(IFACE))
     out["pt2"] = (str(pt2), False, None)
     fixed = tmp / "net_pt2_fixed.pt2"  # exported for a batch of one state: run in pieces of its own size
@@ -166,9 +179,19 @@ def reachable(model_path: Path) -> tuple[object, np.ndarray, np.ndarray]:
 
 def test_formats_are_detected(saved: dict[str, tuple[str, bool, str | None]]) -> None:
     got = {k: detect_format(v[0]) for k, v in saved.items()}
-    want = {"torchscript": "torchscript", "state_dict": "state_dict", "callable": "callable",
-            "callable_module": "callable", "pt2": "pt2",
-            "pt2_fixed": "pt2", "onnx": "onnx", "PPO": "sb3", "A2C": "sb3", "DQN": "sb3", "MaskablePPO": "sb3"}
+    want = {
+        "torchscript": "torchscript",
+        "state_dict": "state_dict",
+        "callable": "callable",
+        "callable_module": "callable",
+        "pt2": "pt2",
+        "pt2_fixed": "pt2",
+        "onnx": "onnx",
+        "PPO": "sb3",
+        "A2C": "sb3",
+        "DQN": "sb3",
+        "MaskablePPO": "sb3",
+    }
     if "onnx" not in saved:
         pytest.skip("onnxruntime is not installed (pip install 'distmc[onnx]')")
     assert got == want
@@ -198,8 +221,9 @@ def test_same_network_same_distributions_and_values(saved: dict[str, tuple[str, 
         assert pol32.precision == "float32", fmt  # type: ignore[attr-defined]
         assert np.abs(action_distribution(pol32, states, enabled) - ref).max() <= 1e-6, fmt
         for mode in ("stochastic", "deterministic"):
-            r = verify(GRID, 'P=? [F "crash"]', constants=CONST, policy=spec, mode=mode, trust_policy=trust,
-                       interface=iface)
+            r = verify(
+                GRID, 'P=? [F "crash"]', constants=CONST, policy=spec, mode=mode, trust_policy=trust, interface=iface
+            )
             values[(fmt, mode)] = (r.result, r.states, r.transitions)
     for mode in ("stochastic", "deterministic"):
         base = values[("torchscript", mode)]
@@ -367,14 +391,17 @@ def test_export_policy_of_sb3_runs_in_float64(saved: dict[str, tuple[str, bool, 
     exported = load_policy(str(pt2), model)
     zipped = load_policy(saved["PPO"][0], model, trust=True)
     assert exported.precision == zipped.precision == "float64"  # type: ignore[attr-defined]
-    assert np.array_equal(action_distribution(exported, states[keep], enabled[keep]),
-                          action_distribution(zipped, states[keep], enabled[keep]))
+    assert np.array_equal(
+        action_distribution(exported, states[keep], enabled[keep]),
+        action_distribution(zipped, states[keep], enabled[keep]),
+    )
     runs = [rollout(env, p, 50, seed=1) for p in (exported, zipped)]
     assert np.array_equal(runs[0].returns, runs[1].returns) and np.array_equal(runs[0].lengths, runs[1].lengths)
 
 
-def test_onnx_without_onnxruntime_is_named_before_loading(saved: dict[str, tuple[str, bool, str | None]],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_onnx_without_onnxruntime_is_named_before_loading(
+    saved: dict[str, tuple[str, bool, str | None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from distmc.errors import MissingDependencyError
 
     if "onnx" not in saved:

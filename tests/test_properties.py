@@ -42,10 +42,19 @@ def kinds(path: Path, constants: str | None) -> list[str]:
     a = f'"{labels[0]}"' if labels else f"{v.name}={v.hi}"
     b = f'"{labels[-1]}"' if labels else f"{v.name}={v.lo}"
     out = [
-        f"P=? [X {a}]", f"P=? [X X {b}]", f"P=? [F {a}]", f"P=? [G !{a}]", f"P=? [!{b} U {a}]",
-        f"P=? [F<=6 {a}]", f"P=? [F[2,6] {b}]", f"P=? [F P>0.3 [X {a}]]",
-        f"P>=0.5 [F {a}]", f"P<0.25 [F<=8 {b}]", f"P>0 [X {b}]",
-        f"S=? [{a}]", f"LRA>=0.5 [{b}]",
+        f"P=? [X {a}]",
+        f"P=? [X X {b}]",
+        f"P=? [F {a}]",
+        f"P=? [G !{a}]",
+        f"P=? [!{b} U {a}]",
+        f"P=? [F<=6 {a}]",
+        f"P=? [F[2,6] {b}]",
+        f"P=? [F P>0.3 [X {a}]]",
+        f"P>=0.5 [F {a}]",
+        f"P<0.25 [F<=8 {b}]",
+        f"P>0 [X {b}]",
+        f"S=? [{a}]",
+        f"LRA>=0.5 [{b}]",
     ]
     if m.model_type == "mdp":
         out += [f"Pmin=? [F {a}]", f"Pmax=? [X {a}]", f"Pmax<=0.5 [F {a}]"]
@@ -136,7 +145,7 @@ def test_every_kind_against_storm_exact(name: str, constants: str | None) -> Non
         (entry,) = report.results  # type: ignore[union-attr]
         _check_entry(entry, ref)
         if entry["method"] == "sound" and entry["bounds"] is not None:
-            for lo, hi in (entry["bounds"].values() if isinstance(entry["bounds"], dict) else [entry["bounds"]]):
+            for lo, hi in entry["bounds"].values() if isinstance(entry["bounds"], dict) else [entry["bounds"]]:
                 # the asked (default) precision, 1e-12 each side, up to the rounding of lo and hi themselves
                 assert lo == hi == math.inf or hi - lo <= 2e-12 + 4 * math.ulp(max(abs(lo), abs(hi)))
         checked += 1
@@ -228,8 +237,7 @@ def test_several_properties_one_exploration() -> None:
 def test_properties_file(tmp_path: Path) -> None:
     path = STORM_FILES / "dtmc" / "die.pm"
     text = '// die\nconst double p = 1/6;\n"six": P>=p [F "six"]\nP=? [X s=1];  P=? [F "two"]\n'
-    assert split_statements(text) == ["const double p = 1/6", '"six": P>=p [F "six"]', "P=? [X s=1]",
-                                      'P=? [F "two"]']
+    assert split_statements(text) == ["const double p = 1/6", '"six": P>=p [F "six"]', "P=? [X s=1]", 'P=? [F "two"]']
     report = verify(path, None, props=split_statements(text))
     six, nxt, two = report.results  # type: ignore[union-attr]
     assert six["name"] == "six" and six["truth"] is True and six["decided"] is False  # 1/6 >= 1/6: on the edge

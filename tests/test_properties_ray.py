@@ -21,5 +21,9 @@ def test_several_properties_on_two_workers() -> None:
     assert (got.states, got.transitions) == (local.states, local.transitions)  # type: ignore[union-attr]
     assert got.single_states == local.single_states  # type: ignore[union-attr]
     for a, b in zip(got.results, local.results, strict=True):  # type: ignore[union-attr]
-        assert (a["property"], a["value"], a.get("truth"), a["bounds"]) == (b["property"], b["value"],
-                                                                            b.get("truth"), b["bounds"])
+        assert (a["property"], a["value"], a.get("truth"), a["bounds"]) == (
+            b["property"],
+            b["value"],
+            b.get("truth"),
+            b["bounds"],
+        )

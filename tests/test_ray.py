@@ -30,8 +30,9 @@ pytestmark = pytest.mark.usefixtures("local_ray")  # conftest.py: one local Ray 
 
 
 @pytest.mark.parametrize("mode", ["stochastic", "deterministic", "monolithic"])
-@pytest.mark.parametrize(("path", "constants", "prop"), CASES,
-                         ids=["grid", "grid-reward", "crowds", "coin", "avoid", "climber"])
+@pytest.mark.parametrize(
+    ("path", "constants", "prop"), CASES, ids=["grid", "grid-reward", "crowds", "coin", "avoid", "climber"]
+)
 def test_ray_driver_builds_the_identical_model(path: Path, constants: str | None, prop: str, mode: str) -> None:
     if not path.is_file():
         pytest.skip(f"reference model {path} not present (../shared/models/coolmc is only beside a checkout)")
@@ -51,8 +52,10 @@ def test_ray_driver_builds_the_identical_model(path: Path, constants: str | None
 
 def test_cli_workers_json(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    assert main(["run", "example", "--const", "N=4", "--prop", 'P=? [F "crash"]', "--workers", "2", "--json",
-                 str(out)]) == 0
+    assert (
+        main(["run", "example", "--const", "N=4", "--prop", 'P=? [F "crash"]', "--workers", "2", "--json", str(out)])
+        == 0
+    )
     rep = json.loads(out.read_text())
     assert rep["workers"] == 2 and rep["driver"] == "ray" and len(rep["worker_stats"]) == 2
     ws = rep["worker_stats"][0]
@@ -81,7 +84,11 @@ def test_kept_workers_rebuild_a_changed_job(tmp_path: Path) -> None:
         assert isinstance(ref, tuple) and isinstance(got, tuple)
         (r0, m0), (r, m) = ref, got
         assert (r.states, r.transitions, r.result, r.policy_states) == (
-            r0.states, r0.transitions, r0.result, r0.policy_states)
+            r0.states,
+            r0.transitions,
+            r0.result,
+            r0.policy_states,
+        )
         for f in FIELDS:
             assert np.array_equal(getattr(m, f), getattr(m0, f)), f
         if pids is not None:  # kept actors, and their counts are this run's only
@@ -124,14 +131,21 @@ def test_kept_workers_run_the_next_jobs() -> None:
 def test_policy_servers_build_the_identical_model(workers: int, servers: int) -> None:
     """Workers whose policy is evaluated by policy-server actors build the model a replica per worker builds."""
     examples = EXAMPLE.parent
-    kw = dict(constants="N=6", policy=str(examples / "gridworld_policy.pt"),
-              interface=examples / "gridworld_policy.json", keep_model=True)
+    kw = dict(
+        constants="N=6",
+        policy=str(examples / "gridworld_policy.pt"),
+        interface=examples / "gridworld_policy.json",
+        keep_model=True,
+    )
     ref = verify(EXAMPLE, 'P=? [F "crash"]', **kw)
     got = verify(EXAMPLE, 'P=? [F "crash"]', workers=workers, policy_servers=servers, **kw)
     assert isinstance(ref, tuple) and isinstance(got, tuple)
     (r0, m0), (r, m) = ref, got
-    assert r.driver == "ray" and (r.states, r.transitions, r.policy_states) == (r0.states, r0.transitions,
-                                                                               r0.policy_states)
+    assert r.driver == "ray" and (r.states, r.transitions, r.policy_states) == (
+        r0.states,
+        r0.transitions,
+        r0.policy_states,
+    )
     assert r.result == r0.result
     for f in FIELDS:
         assert np.array_equal(getattr(m, f), getattr(m0, f)), f
@@ -141,8 +155,13 @@ def test_policy_servers_are_kept_for_the_same_job() -> None:
     from distmc.distributed import pool as ray_driver
 
     examples = EXAMPLE.parent
-    kw = dict(constants="N=4", policy=str(examples / "gridworld_policy.pt"),
-              interface=examples / "gridworld_policy.json", workers=2, policy_servers=1)
+    kw = dict(
+        constants="N=4",
+        policy=str(examples / "gridworld_policy.pt"),
+        interface=examples / "gridworld_policy.json",
+        workers=2,
+        policy_servers=1,
+    )
     ids = []
     for prop in ('P=? [F "crash"]', 'P=? [F "crash"]', 'P=? [F "goal"]'):
         r = verify(EXAMPLE, prop, **kw)

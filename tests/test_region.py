@@ -33,11 +33,12 @@ CASES = [
 
 
 @pytest.mark.parametrize(("model", "prop", "region", "constants", "extra"), CASES)
-def test_exact_points_lie_inside_the_region_bounds(model: str, prop: str, region: str, constants: str,
-                                                   extra: dict[str, str]) -> None:
+def test_exact_points_lie_inside_the_region_bounds(
+    model: str, prop: str, region: str, constants: str, extra: dict[str, str]
+) -> None:
     report = verify_region(model, prop, region, constants=constants, **extra)
     box = parse_region(region)
-    (name, lo, hi), = box.params
+    ((name, lo, hi),) = box.params
     assert report.lower <= report.upper
     for v in map(float, np.linspace(lo, hi, 5)):
         exact = verify(model, prop, constants=f"{constants},{name}={v!r}", **extra)
@@ -76,8 +77,7 @@ def test_the_corner_values_reproduce_an_exact_point() -> None:
 
 
 def test_a_threshold_that_changes_inside_the_region_gets_both_verdicts() -> None:
-    report = verify_region(DELIVERY, 'P>=0.0003 [F "delivered"]', "0.05<=slip<=0.15", constants=SMALL,
-                           coverage=0.95)
+    report = verify_region(DELIVERY, 'P>=0.0003 [F "delivered"]', "0.05<=slip<=0.15", constants=SMALL, coverage=0.95)
     verdicts = {s.verdict for s in report.subregions}
     assert {"holds", "violated"} <= verdicts
     assert report.coverage is not None and report.coverage >= 0.95
@@ -95,26 +95,36 @@ def test_a_threshold_that_changes_inside_the_region_gets_both_verdicts() -> None
 
 def test_the_robust_step_picks_the_worst_and_best_distribution() -> None:
     # state 0 -> {1: [0.2, 0.6], 2: [0.3, 0.8]}; 1 is the target, 2 a sink
-    chain = IntervalChain(np.array([0, 2, 3, 4]), np.array([1, 2, 1, 2]), np.array([0.2, 0.3, 1.0, 1.0]),
-                          np.array([0.6, 0.8, 1.0, 1.0]), np.array([0]),
-                          {"t": np.array([False, True, False])}, {})
+    chain = IntervalChain(
+        np.array([0, 2, 3, 4]),
+        np.array([1, 2, 1, 2]),
+        np.array([0.2, 0.3, 1.0, 1.0]),
+        np.array([0.6, 0.8, 1.0, 1.0]),
+        np.array([0]),
+        {"t": np.array([False, True, False])},
+        {},
+    )
     x = np.array([0.0, 1.0, 0.0])
     active = np.array([True, False, False])
     assert robust_step(chain, x, np.zeros(3), active, x, False)[0] == pytest.approx(0.2)
     assert robust_step(chain, x, np.zeros(3), active, x, True)[0] == pytest.approx(0.6)
 
 
-@pytest.mark.parametrize(("region", "constants", "message"), [
-    ("0.15<=slip<=0.05", SMALL, "is empty"),
-    ("0.1<=slip<=0.1", SMALL, "a single point"),
-    ("slip=0.1", SMALL, "cannot read region part"),
-    ("0.1<=friction<=0.2", SMALL, "no undefined constant"),
-    ("0.1<=slip<=0.2", f"{SMALL},slip=0.1", "both a value"),
-    ("1<=FUEL<=3", "N=3", "int or bool"),
-    ("0<=slip<=0.1", SMALL, "structure changes"),
-])
-def test_bad_regions_are_one_line(region: str, constants: str, message: str,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("region", "constants", "message"),
+    [
+        ("0.15<=slip<=0.05", SMALL, "is empty"),
+        ("0.1<=slip<=0.1", SMALL, "a single point"),
+        ("slip=0.1", SMALL, "cannot read region part"),
+        ("0.1<=friction<=0.2", SMALL, "no undefined constant"),
+        ("0.1<=slip<=0.2", f"{SMALL},slip=0.1", "both a value"),
+        ("1<=FUEL<=3", "N=3", "int or bool"),
+        ("0<=slip<=0.1", SMALL, "structure changes"),
+    ],
+)
+def test_bad_regions_are_one_line(
+    region: str, constants: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc = main(["run", DELIVERY, "--const", constants, "--region", region, "--prop", 'P=? [F "delivered"]'])
     err = capsys.readouterr().err.strip()
     assert rc != 0 and message in err and len(err.splitlines()) == 1, err
@@ -122,20 +132,36 @@ def test_bad_regions_are_one_line(region: str, constants: str, message: str,
 
 def test_a_constant_the_structure_depends_on_is_refused(tmp_path: Path) -> None:
     model = tmp_path / "guard.prism"
-    model.write_text("dtmc\nconst double p;\nmodule m\n  x : [0..2] init 0;\n"
-                     "  [] x=0 & p>0.5 -> p : (x'=1) + 1-p : (x'=2);\n  [] x>0 -> true;\nendmodule\n")
+    model.write_text(
+        "dtmc\nconst double p;\nmodule m\n  x : [0..2] init 0;\n"
+        "  [] x=0 & p>0.5 -> p : (x'=1) + 1-p : (x'=2);\n  [] x>0 -> true;\nendmodule\n"
+    )
     with pytest.raises(DistmcError, match="the guard of module 'm'.*depends on 'p'"):
-        verify_region(model, 'P=? [F x=1]', "0.2<=p<=0.4")
-    model.write_text("dtmc\nconst double p;\nmodule m\n  x : [0..2] init 0;\n"
-                     "  [] x=0 -> p*p : (x'=1) + 1-p*p : (x'=2);\n  [] x>0 -> true;\nendmodule\n")
+        verify_region(model, "P=? [F x=1]", "0.2<=p<=0.4")
+    model.write_text(
+        "dtmc\nconst double p;\nmodule m\n  x : [0..2] init 0;\n"
+        "  [] x=0 -> p*p : (x'=1) + 1-p*p : (x'=2);\n  [] x>0 -> true;\nendmodule\n"
+    )
     with pytest.raises(DistmcError, match="not affine in 'p'"):
-        verify_region(model, 'P=? [F x=1]', "0.2<=p<=0.4")
+        verify_region(model, "P=? [F x=1]", "0.2<=p<=0.4")
 
 
 def test_the_cli_prints_bounds_and_the_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
-    rc = main(["run", DELIVERY, "--const", SMALL, "--region", "0.05<=slip<=0.15", "--prop", 'P=? [F "delivered"]',
-               "--json", str(out)])
+    rc = main(
+        [
+            "run",
+            DELIVERY,
+            "--const",
+            SMALL,
+            "--region",
+            "0.05<=slip<=0.15",
+            "--prop",
+            'P=? [F "delivered"]',
+            "--json",
+            str(out),
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 0 and "over  0.05<=slip<=0.15" in text and "engine: native robust value iteration" in text
     assert '"lower"' in out.read_text()
@@ -143,8 +169,17 @@ def test_the_cli_prints_bounds_and_the_engine(tmp_path: Path, capsys: pytest.Cap
 
 def _interval_drn(c: IntervalChain, path: Path, label: str) -> None:
     """``c`` as Storm's explicit format with interval probabilities (``@value_type: double-interval``)."""
-    lines = ["@type: DTMC", "@value_type: double-interval", "@parameters", "", "@reward_models", "",
-             f"@nr_states\n{c.n_states}", f"@nr_choices\n{c.n_states}", "@model"]
+    lines = [
+        "@type: DTMC",
+        "@value_type: double-interval",
+        "@parameters",
+        "",
+        "@reward_models",
+        "",
+        f"@nr_states\n{c.n_states}",
+        f"@nr_choices\n{c.n_states}",
+        "@model",
+    ]
     init = set(c.initial.tolist())
     for s in range(c.n_states):
         marks = (" init" if s in init else "") + (f" {label}" if c.labels[label][s] else "")
@@ -165,8 +200,10 @@ def test_the_bounds_agree_with_storms_robust_value_iteration(prop: str, tmp_path
     model = stormpy.build_model_from_drn[stormpy.Interval](str(tmp_path / "m.drn"))
     formula = stormpy.parse_properties(prop)[0]
     s0 = int(rc.initial[0])
-    for mode, mine in ((stormpy.UncertaintyResolutionMode.MINIMIZE, ours[0]),
-                       (stormpy.UncertaintyResolutionMode.MAXIMIZE, ours[1])):
+    for mode, mine in (
+        (stormpy.UncertaintyResolutionMode.MINIMIZE, ours[0]),
+        (stormpy.UncertaintyResolutionMode.MAXIMIZE, ours[1]),
+    ):
         storm = stormpy.model_checking(model, formula, uncertainty_resolution_mode=mode).get_value(s0)
         assert mine[s0] == pytest.approx(storm, rel=1e-5, abs=1e-12)
 

@@ -44,8 +44,9 @@ def test_regression_matches_storm(monkeypatch: pytest.MonkeyPatch, name: str, pr
 EXAMPLE = Path(__file__).resolve().parents[1] / "distmc" / "examples" / "gridworld.prism"
 
 
-@pytest.mark.parametrize("prop", ['P=? [F ((x=px) & "init")]', 'P=? [F ("crash" | "init")]',
-                                  'P=? [(!"init" | x=0) U "goal"]'])
+@pytest.mark.parametrize(
+    "prop", ['P=? [F ((x=px) & "init")]', 'P=? [F ("crash" | "init")]', 'P=? [(!"init" | x=0) U "goal"]']
+)
 def test_builtin_label_in_boolean_combination(prop: str) -> None:
     # "init" combined with other state formulas stays an opaque BinaryBooleanStateFormula in stormpy, so its other
     # atoms were never labelled and Storm's check failed with "unknown label" (found 2026-12-03 while testing the

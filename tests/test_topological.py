@@ -59,10 +59,10 @@ def test_components_and_their_order(seed: int) -> None:
     comp = np.full(n, -1)
     height = np.full(n, -1)
     for k in range(c.count):
-        comp[c.order[c.comp_off[k]: c.comp_off[k + 1]]] = k
+        comp[c.order[c.comp_off[k] : c.comp_off[k + 1]]] = k
     for h in range(c.height_off.shape[0] - 1):
         for k in range(c.height_off[h], c.height_off[h + 1]):
-            height[c.order[c.comp_off[k]: c.comp_off[k + 1]]] = h
+            height[c.order[c.comp_off[k] : c.comp_off[k + 1]]] = h
     r = _reach(edges, n, active)
     mutual = r & r.T
     for s in np.flatnonzero(active):
@@ -116,8 +116,9 @@ def test_the_values_do_not_depend_on_the_threads(tmp_path: Path) -> None:
     from distmc.check import topological
 
     path = tmp_path / "staying.prism"
-    path.write_text(STAYING.replace("x : [0..300]", "x : [0..3000]").replace("x<300", "x<3000")
-                    .replace("x=300", "x=3000"))
+    path.write_text(
+        STAYING.replace("x : [0..300]", "x : [0..3000]").replace("x<300", "x<3000").replace("x=300", "x=3000")
+    )
     old_block, old_threads = topological.PARALLEL_BLOCK, numba.get_num_threads()
     try:
         topological.PARALLEL_BLOCK = 4  # every height of a few states shared out

@@ -23,8 +23,19 @@ try:
 except ImportError:  # pragma: no cover - exercised only without numba
     HAVE_NUMBA = False
 
-__all__ = ["HAVE_NUMBA", "KeyTable", "budget_env", "first_occurrences", "gather_index", "merge_rows", "place_rows", "set_thread_budget",
-           "thread_budget", "thread_cap", "thread_settings"]
+__all__ = [
+    "HAVE_NUMBA",
+    "KeyTable",
+    "budget_env",
+    "first_occurrences",
+    "gather_index",
+    "merge_rows",
+    "place_rows",
+    "set_thread_budget",
+    "thread_budget",
+    "thread_cap",
+    "thread_settings",
+]
 
 _EMPTY = np.int64(-1)
 
@@ -215,8 +226,9 @@ def gather_index(starts: np.ndarray, new_off: np.ndarray) -> np.ndarray:
     return gather
 
 
-def merge_rows(offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray,
-               lut: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def merge_rows(
+    offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray, lut: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sort each CSR row ``offsets`` ``[R + 1]`` by target and add up duplicate targets (in arrival order).
 
     Works in place when it may: writeable ``targets`` and ``prob`` (int64, float64, contiguous) are overwritten, and
@@ -225,7 +237,11 @@ def merge_rows(offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray,
     ``lut[targets]`` (int64), looked up in the same pass (``targets`` is then overwritten by the merged rows).
     """
     assert HAVE_NUMBA
-    if targets.dtype != np.int64 or prob.dtype != np.float64 or not (targets.flags.c_contiguous and prob.flags.c_contiguous):
+    if (
+        targets.dtype != np.int64
+        or prob.dtype != np.float64
+        or not (targets.flags.c_contiguous and prob.flags.c_contiguous)
+    ):
         targets, prob = np.ascontiguousarray(targets, dtype=np.int64), np.ascontiguousarray(prob, dtype=np.float64)
     src_t, src_p = targets, prob
     if not (targets.flags.writeable and prob.flags.writeable):
@@ -240,8 +256,9 @@ def merge_rows(offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray,
     return out_off, targets[:w], prob[:w]
 
 
-def first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, row_state: np.ndarray,
-                      source: np.ndarray, shift: int) -> tuple[np.ndarray, int]:
+def first_occurrences(
+    uid: np.ndarray, size0: int, branch_offsets: np.ndarray, row_state: np.ndarray, source: np.ndarray, shift: int
+) -> tuple[np.ndarray, int]:
     """Where the new ids of a batch first occur, as ``source[state] << shift`` + the branch's index in its state.
 
     ``uid`` ``[B]`` holds each branch's id in a set that numbers new keys ``size0, size0 + 1, ...`` in order of
@@ -252,24 +269,42 @@ def first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, r
     """
     assert HAVE_NUMBA
     out = np.empty(max(0, int(uid.max(initial=size0 - 1)) + 1 - size0), dtype=np.int64)
-    k, widest = _first_occurrences_jit(np.ascontiguousarray(uid, dtype=np.int64), np.int64(size0),
-                                       np.ascontiguousarray(branch_offsets, dtype=np.int64),
-                                       np.ascontiguousarray(row_state, dtype=np.int64),
-                                       np.ascontiguousarray(source, dtype=np.int64), np.int64(shift), out)
+    k, widest = _first_occurrences_jit(
+        np.ascontiguousarray(uid, dtype=np.int64),
+        np.int64(size0),
+        np.ascontiguousarray(branch_offsets, dtype=np.int64),
+        np.ascontiguousarray(row_state, dtype=np.int64),
+        np.ascontiguousarray(source, dtype=np.int64),
+        np.int64(shift),
+        out,
+    )
     assert k == out.shape[0]
     return out, int(widest)
 
 
-def place_rows(src_off: np.ndarray, rows: np.ndarray, dst_off: np.ndarray, src_t: np.ndarray, src_p: np.ndarray,
-               targets: np.ndarray, prob: np.ndarray) -> None:
+def place_rows(
+    src_off: np.ndarray,
+    rows: np.ndarray,
+    dst_off: np.ndarray,
+    src_t: np.ndarray,
+    src_p: np.ndarray,
+    targets: np.ndarray,
+    prob: np.ndarray,
+) -> None:
     """Copy the CSR rows ``src_off`` ``[K + 1]`` of a piece to global rows ``rows`` ``[K]`` of ``dst_off``.
 
     One pass over the piece's branches (``src_t``, ``src_p``) into ``targets`` and ``prob``, no index array.
     """
     assert HAVE_NUMBA
-    _place_rows_jit(np.ascontiguousarray(src_off, dtype=np.int64), np.ascontiguousarray(rows, dtype=np.int64),
-                    dst_off, np.ascontiguousarray(src_t, dtype=np.int64),
-                    np.ascontiguousarray(src_p, dtype=np.float64), targets, prob)
+    _place_rows_jit(
+        np.ascontiguousarray(src_off, dtype=np.int64),
+        np.ascontiguousarray(rows, dtype=np.int64),
+        dst_off,
+        np.ascontiguousarray(src_t, dtype=np.int64),
+        np.ascontiguousarray(src_p, dtype=np.float64),
+        targets,
+        prob,
+    )
 
 
 class KeyTable:
@@ -325,8 +360,6 @@ class KeyTable:
         out = np.empty(keys.shape[0], dtype=np.int64)
         _lookup_jit(self._k, self._id, np.ascontiguousarray(keys, dtype=np.uint64), out)
         return out
-
-
 
 
 # -- the thread budget -------------------------------------------------------------------------------------------

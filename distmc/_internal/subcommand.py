@@ -42,8 +42,9 @@ def guarded(args: argparse.Namespace, body: Callable[[], Any]) -> int:
     return one_line_errors(args.debug, body)
 
 
-def one_line_errors(debug: bool, body: Callable[[], int | None],
-                    interrupted: str | None = "distmc: interrupted (Ctrl-C)") -> int:
+def one_line_errors(
+    debug: bool, body: Callable[[], int | None], interrupted: str | None = "distmc: interrupted (Ctrl-C)"
+) -> int:
     """``body()``'s exit code (None: 0), with the errors a user sees as one line.
 
     A :class:`DistmcError` is one line (its traceback with ``debug``) and its exit code; Ctrl-C is the line

@@ -81,8 +81,9 @@ def _relaxation(kind: str, lb: torch.Tensor, u: torch.Tensor) -> tuple[torch.Ten
     return k, tl - k * l, k, tu - k * u
 
 
-def _fold(a: torch.Tensor, s: torch.Tensor, a2: torch.Tensor, s2: torch.Tensor, w: torch.Tensor,
-          b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _fold(
+    a: torch.Tensor, s: torch.Tensor, a2: torch.Tensor, s2: torch.Tensor, w: torch.Tensor, b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(a * s + a2 * s2) @ w`` ``[B, S, m]`` and ``(a * s + a2 * s2) @ b`` ``[B, S]`` without the ``[B, S, n]`` tensor.
 
     ``a, a2`` ``[S, n]`` are the same for every box, ``s, s2`` ``[B, n]`` are per box (an activation's slopes):
@@ -96,8 +97,13 @@ def _fold(a: torch.Tensor, s: torch.Tensor, a2: torch.Tensor, s2: torch.Tensor, 
     return coef, s @ (a * b).T + s2 @ (a2 * b).T
 
 
-def _backward(layers: list[Layer], relax: dict[int, tuple[torch.Tensor, ...]], lo: torch.Tensor, hi: torch.Tensor,
-              c: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _backward(
+    layers: list[Layer],
+    relax: dict[int, tuple[torch.Tensor, ...]],
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    c: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """CROWN bounds ``[B, S]`` of ``c @ g(x)``, ``g`` being ``layers``.
 
     ``c`` is ``[S, out]`` (the same for every box) or ``[B, S, out]`` (per box).
@@ -167,7 +173,9 @@ def _backward(layers: list[Layer], relax: dict[int, tuple[torch.Tensor, ...]], l
     return lb, ub
 
 
-def _crown_chunk(layers: list[Layer], lo: torch.Tensor, hi: torch.Tensor, spec: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _crown_chunk(
+    layers: list[Layer], lo: torch.Tensor, hi: torch.Tensor, spec: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
     interval = _ibp_layers(layers, lo, hi)
     relax: dict[int, tuple[torch.Tensor, ...]] = {}
     for i, (kind, _, _) in enumerate(layers):

@@ -33,16 +33,25 @@ def _induced(expander: BoxExpander, parts: Any) -> InducedModel:
     init = np.zeros(n, dtype=bool)
     init[parts.initial] = True
     labels["init"] = init
-    return InducedModel("mdp", row_groups, offsets, t_chunks, p_chunks, parts.row_action, parts.initial, labels,
-                        {}, parts.keys)
+    return InducedModel(
+        "mdp", row_groups, offsets, t_chunks, p_chunks, parts.row_action, parts.initial, labels, {}, parts.keys
+    )
 
 
 def _values(model: Any, formula: str) -> np.ndarray:
     return value_vector(model, stormpy.parse_properties(formula)[0].get_raw_formula())
 
 
-def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon: int, *, driver: str = "local",
-                 workers: int = 1, address: str | None = None) -> AbstractResult:
+def check_bounds(
+    expander: BoxExpander,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    horizon: int,
+    *,
+    driver: str = "local",
+    workers: int = 1,
+    address: str | None = None,
+) -> AbstractResult:
     """Upper and lower bounds on failure within ``horizon`` decisions from each initial box ``[I, d]``.
 
     ``driver="ray"`` explores on ``workers`` Ray actors (:mod:`distmc.abstract.distributed`) instead of in-process.
@@ -57,8 +66,15 @@ def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon:
         from distmc.distributed import explore_ray
 
         sp = expander.splitter
-        job = BoxJob(expander.env, sp.net.to_arrays(), expander.faults, expander.init_lo, expander.init_hi,
-                     sp.max_splits, sp.method)
+        job = BoxJob(
+            expander.env,
+            sp.net.to_arrays(),
+            expander.faults,
+            expander.init_lo,
+            expander.init_hi,
+            sp.max_splits,
+            sp.method,
+        )
         parts = explore_ray(job, KeyCodec(), keys, RaySettings(workers, address))
         ids = parts.initial
     else:
@@ -68,7 +84,12 @@ def check_bounds(expander: BoxExpander, lo: np.ndarray, hi: np.ndarray, horizon:
     upper = _values(model, f'Pmax=? [F<={steps} "possibly_fail"]')[ids]
     lower = _values(model, f'Pmin=? [F<={steps} "fail"]')[ids]
     t2 = time.perf_counter()
-    stats = {"states": parts.n_states, "choices": int(parts.row_state.shape[0]),
-             "transitions": int(parts.branch_offsets[-1]), "explore_s": t1 - t0,
-             "split_s": expander.stats["split_s"] - split0, "check_s": t2 - t1}
+    stats = {
+        "states": parts.n_states,
+        "choices": int(parts.row_state.shape[0]),
+        "transitions": int(parts.branch_offsets[-1]),
+        "explore_s": t1 - t0,
+        "split_s": expander.stats["split_s"] - split0,
+        "check_s": t2 - t1,
+    }
     return AbstractResult(np.clip(upper, 0, 1), np.clip(lower, 0, 1), stats)

@@ -52,8 +52,9 @@ class BoxJob:
     def build(self, *, explorer: bool = True) -> BoxParts:
         """The actor's parts: the box expander (with the initial boxes registered) and the key codec."""
         env = self.env
-        splitter = Splitter(Network.from_arrays(self.layers), env.arrays()["cell"], self.max_splits,
-                            method=self.method, use_cache=False)
+        splitter = Splitter(
+            Network.from_arrays(self.layers), env.arrays()["cell"], self.max_splits, method=self.method, use_cache=False
+        )
         expander = BoxExpander(env, splitter, self.faults)
         expander.add_initial(self.init_lo, self.init_hi)
         return BoxParts(expander if explorer else None, KeyCodec())
@@ -62,15 +63,17 @@ class BoxJob:
 class _TreeWorker:
     """A Ray actor that computes tree bounds (:mod:`distmc.abstract.tree`) for the initial boxes it is sent."""
 
-    def __init__(self, env: ContinuousEnv, layers: list, faults: FaultModel, max_splits: int, method: str,
-                 threads: int) -> None:
+    def __init__(
+        self, env: ContinuousEnv, layers: list, faults: FaultModel, max_splits: int, method: str, threads: int
+    ) -> None:
         import torch
 
         from distmc.abstract.tree import TreeBounds
 
         torch.set_num_threads(threads)
-        splitter = Splitter(Network.from_arrays(layers), env.arrays()["cell"], max_splits, method=method,
-                            use_cache=False)
+        splitter = Splitter(
+            Network.from_arrays(layers), env.arrays()["cell"], max_splits, method=method, use_cache=False
+        )
         self.tree = TreeBounds(env, splitter, faults)
 
     def bounds(self, lo: np.ndarray, hi: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
@@ -85,8 +88,16 @@ class TreePool:
     (all refinement steps of one analysis).
     """
 
-    def __init__(self, env: ContinuousEnv, net: Network, faults: FaultModel, max_splits: int, method: str,
-                 workers: int, address: str | None = None) -> None:
+    def __init__(
+        self,
+        env: ContinuousEnv,
+        net: Network,
+        faults: FaultModel,
+        max_splits: int,
+        method: str,
+        workers: int,
+        address: str | None = None,
+    ) -> None:
         import os
 
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
@@ -100,7 +111,9 @@ class TreePool:
         release_workers()  # explorer actors kept from an earlier run would hold the CPUs these actors need
         self.ray = ray
         actor = ray.remote(num_cpus=1)(_TreeWorker)
-        self.actors: list[Any] = [actor.remote(env, net.to_arrays(), faults, max_splits, method, 1) for _ in range(workers)]
+        self.actors: list[Any] = [
+            actor.remote(env, net.to_arrays(), faults, max_splits, method, 1) for _ in range(workers)
+        ]
 
     def bounds(self, lo: np.ndarray, hi: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
         """Upper and lower bounds per initial box ``[I, d]``, and the summed statistics of the actors."""

@@ -133,8 +133,10 @@ class ContinuousEnv:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The region bounds as float64 arrays."""
-        return {k: np.asarray(getattr(self, k), dtype=np.float64)
-                for k in ("init_lo", "init_hi", "safe_lo", "safe_hi", "cell")}
+        return {
+            k: np.asarray(getattr(self, k), dtype=np.float64)
+            for k in ("init_lo", "init_hi", "safe_lo", "safe_hi", "cell")
+        }
 
     def step(self, x: np.ndarray, u: np.ndarray) -> np.ndarray:
         """Concrete step of points ``x`` ``[N, dim]`` under controls ``u`` ``[N]``."""
@@ -158,8 +160,10 @@ class ContinuousEnv:
 
     def regions(self) -> dict[str, dict[str, list[float]]]:
         """The initial region and the safe box by variable name (``[lo, hi]``; +-inf where the box is open)."""
-        return {"init": {n: [self.init_lo[i], self.init_hi[i]] for i, n in enumerate(self.state_names)},
-                "safe": {n: [self.safe_lo[i], self.safe_hi[i]] for i, n in enumerate(self.state_names)}}
+        return {
+            "init": {n: [self.init_lo[i], self.init_hi[i]] for i, n in enumerate(self.state_names)},
+            "safe": {n: [self.safe_lo[i], self.safe_hi[i]] for i, n in enumerate(self.state_names)},
+        }
 
 
 PENDULUM = dict(g=10.0, m=1.0, l=1.0, dt=0.05, max_speed=8.0, max_torque=2.0)
@@ -171,9 +175,17 @@ class Pendulum(ContinuousEnv):
     def __init__(self) -> None:
         q = math.pi / 4
         super().__init__(
-            name="pendulum", state_names=("theta", "theta_dot"), actions=(-2.0, 2.0), noop=0.0,
-            init_lo=(-q, -1.0), init_hi=(q, 1.0), safe_lo=(-q, -math.inf), safe_hi=(q, math.inf),
-            cell=(math.pi / 2 / 64, 0.125), episode_steps=100, params=dict(PENDULUM),
+            name="pendulum",
+            state_names=("theta", "theta_dot"),
+            actions=(-2.0, 2.0),
+            noop=0.0,
+            init_lo=(-q, -1.0),
+            init_hi=(q, 1.0),
+            safe_lo=(-q, -math.inf),
+            safe_hi=(q, math.inf),
+            cell=(math.pi / 2 / 64, 0.125),
+            episode_steps=100,
+            params=dict(PENDULUM),
         )
 
     def step(self, x: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -204,10 +216,17 @@ class CartPole(ContinuousEnv):
     def __init__(self) -> None:
         t = 12 * 2 * math.pi / 360
         super().__init__(
-            name="cartpole", state_names=("x", "x_dot", "theta", "theta_dot"), actions=(-10.0, 10.0), noop=0.0,
-            init_lo=(-0.05,) * 4, init_hi=(0.05,) * 4,
-            safe_lo=(-2.4, -math.inf, -t, -math.inf), safe_hi=(2.4, math.inf, t, math.inf),
-            cell=(0.025, 0.05, 0.0125, 0.05), episode_steps=200, params=dict(CARTPOLE),
+            name="cartpole",
+            state_names=("x", "x_dot", "theta", "theta_dot"),
+            actions=(-10.0, 10.0),
+            noop=0.0,
+            init_lo=(-0.05,) * 4,
+            init_hi=(0.05,) * 4,
+            safe_lo=(-2.4, -math.inf, -t, -math.inf),
+            safe_hi=(2.4, math.inf, t, math.inf),
+            cell=(0.025, 0.05, 0.0125, 0.05),
+            episode_steps=200,
+            params=dict(CARTPOLE),
         )
 
     def _consts(self) -> tuple[float, float, float, float]:
@@ -234,8 +253,12 @@ class CartPole(ContinuousEnv):
         den = iscale(ishift(iscale(isq(c), -mp / total), 4.0 / 3.0), length)
         thacc = imul(iadd(iscale(s, g), iscale(imul(c, temp), -1.0)), iinv_pos(den))
         xacc = iadd(temp, iscale(imul(thacc, c), -pml / total))
-        out = [iadd(xx, iscale(xd, tau)), iadd(xd, iscale(xacc, tau)), iadd(th, iscale(thd, tau)),
-               iadd(thd, iscale(thacc, tau))]
+        out = [
+            iadd(xx, iscale(xd, tau)),
+            iadd(xd, iscale(xacc, tau)),
+            iadd(th, iscale(thd, tau)),
+            iadd(thd, iscale(thacc, tau)),
+        ]
         return np.stack([o[0] for o in out], axis=1), np.stack([o[1] for o in out], axis=1)
 
 
@@ -253,8 +276,12 @@ class CartPoleMosaic(CartPole):
     def __init__(self) -> None:
         super().__init__()
         t = 10 * 2 * math.pi / 360
-        _set(self, name="cartpole-mosaic", safe_lo=(-0.05, -math.inf, -t, -math.inf),
-             safe_hi=(0.05, math.inf, t, math.inf))
+        _set(
+            self,
+            name="cartpole-mosaic",
+            safe_lo=(-0.05, -math.inf, -t, -math.inf),
+            safe_hi=(0.05, math.inf, t, math.inf),
+        )
 
 
 def _set(env: ContinuousEnv, **values: object) -> None:
@@ -276,8 +303,9 @@ def parse_region(env: ContinuousEnv, text: str, flag: str) -> dict[str, tuple[fl
         except ValueError:
             raise UsageError(f"{flag} '{part}': expected VAR=LO:HI, e.g. {env.state_names[0]}=-0.05:0.05") from None
         if name not in env.state_names:
-            raise UsageError(f"{flag} '{part}': {env.name} has no variable '{name}' (it has "
-                              f"{', '.join(env.state_names)})")
+            raise UsageError(
+                f"{flag} '{part}': {env.name} has no variable '{name}' (it has {', '.join(env.state_names)})"
+            )
         if not lo <= hi or math.isnan(lo) or math.isnan(hi):
             raise UsageError(f"{flag} '{part}': need LO <= HI")
         out[name] = (lo, hi)
@@ -302,9 +330,12 @@ def with_regions(env: ContinuousEnv, init: str | None = None, safe: str | None =
     if not all(map(math.isfinite, out.init_lo + out.init_hi)):
         raise UsageError("--init: the initial region must be bounded")
     if any(a < s for a, s in zip(out.init_lo, out.safe_lo, strict=True)) or any(
-            a > s for a, s in zip(out.init_hi, out.safe_hi, strict=True)):
-        raise UsageError(f"the initial region {_box(out.state_names, out.init_lo, out.init_hi)} does not lie inside "
-                          f"the safe box {_box(out.state_names, out.safe_lo, out.safe_hi)}")
+        a > s for a, s in zip(out.init_hi, out.safe_hi, strict=True)
+    ):
+        raise UsageError(
+            f"the initial region {_box(out.state_names, out.init_lo, out.init_hi)} does not lie inside "
+            f"the safe box {_box(out.state_names, out.safe_lo, out.safe_hi)}"
+        )
     return out
 
 
@@ -313,8 +344,11 @@ def _box(names: tuple[str, ...], lo: tuple[float, ...], hi: tuple[float, ...]) -
 
 
 #: Each environment by name: its class, built without arguments (each subclass fixes its own fields).
-ENVS: dict[str, Callable[[], ContinuousEnv]] = {"pendulum": Pendulum, "cartpole": CartPole,
-                                                "cartpole-mosaic": CartPoleMosaic}
+ENVS: dict[str, Callable[[], ContinuousEnv]] = {
+    "pendulum": Pendulum,
+    "cartpole": CartPole,
+    "cartpole-mosaic": CartPoleMosaic,
+}
 
 
 def get_env(name: str) -> ContinuousEnv:

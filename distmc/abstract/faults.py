@@ -62,7 +62,9 @@ def parse_fault(text: str | None) -> FaultModel:
         except ValueError:
             p = -1.0
         if name not in probs or not 0.0 <= p <= 1.0:
-            raise UsageError(f"--fault '{text}': expected KIND:P with KIND fail or sticky and 0 <= P <= 1, "
-                              f"e.g. sticky:0.2 or fail:0.1,sticky:0.2")
+            raise UsageError(
+                f"--fault '{text}': expected KIND:P with KIND fail or sticky and 0 <= P <= 1, "
+                f"e.g. sticky:0.2 or fail:0.1,sticky:0.2"
+            )
         probs[name] = p
     return FaultModel(probs["fail"], probs["sticky"])

@@ -120,8 +120,9 @@ class BoxExpander:
     def cell_boxes(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Boxes ``[N, d]`` of cell keys (the closed lattice cell, widened by an ulp, clipped to the safe box)."""
         mask = np.uint64((1 << self.bits) - 1)
-        idx = np.stack([((keys >> np.uint64(j * self.bits)) & mask).astype(np.int64) - self.half
-                        for j in range(self.d)], axis=1)
+        idx = np.stack(
+            [((keys >> np.uint64(j * self.bits)) & mask).astype(np.int64) - self.half for j in range(self.d)], axis=1
+        )
         lo, hi = _down(idx * self.cell), _up((idx + 1) * self.cell)
         return np.maximum(lo, self.safe_lo), np.minimum(hi, self.safe_hi)
 
@@ -142,21 +143,26 @@ class BoxExpander:
         clo, chi = np.maximum(lo, self.safe_lo), np.minimum(hi, self.safe_hi)
         span = np.where(surely[:, None], 0.0, np.maximum(np.abs(clo), np.abs(chi)) / self.cell)
         if not (span < self.half - 1).all():  # also catches inf and nan
-            raise ResourceLimitError(f"an image box reached {np.nanmax(np.abs(np.concatenate([clo, chi])))}: beyond "
-                                     f"the lattice's +-{self.half} cells per dimension; use a shorter horizon")
+            raise ResourceLimitError(
+                f"an image box reached {np.nanmax(np.abs(np.concatenate([clo, chi])))}: beyond "
+                f"the lattice's +-{self.half} cells per dimension; use a shorter horizon"
+            )
         ilo = np.floor(clo / self.cell - 1e-9).astype(np.int64)
         ihi = np.floor(chi / self.cell + 1e-9).astype(np.int64)
         ilo[surely], ihi[surely] = 0, -1
         span = ihi - ilo + 1  # 0 for a surely failed box
         off = ilo + (1 << (self.obits - 1))
         if (span >= 1 << self.sbits).any() or (off < 0).any() or (off >= 1 << self.obits).any():
-            raise ResourceLimitError(f"an image spans {int(span.max())} lattice cells in one dimension or lies beyond "
-                                     f"+-{1 << (self.obits - 1)} cells (the most an image key holds); use a shorter "
-                                     "horizon")
+            raise ResourceLimitError(
+                f"an image spans {int(span.max())} lattice cells in one dimension or lies beyond "
+                f"+-{1 << (self.obits - 1)} cells (the most an image key holds); use a shorter "
+                "horizon"
+            )
         key = np.zeros(lo.shape[0], dtype=np.uint64)
         for j in range(self.d):
             key |= (off[:, j].astype(np.uint64) | (span[:, j].astype(np.uint64) << np.uint64(self.obits))) << np.uint64(
-                j * self.ibits)
+                j * self.ibits
+            )
         key |= maybe.astype(np.uint64) << np.uint64(60)
         key |= surely.astype(np.uint64) << np.uint64(61)
         key |= TAG_IMAGE << TAG_SHIFT
@@ -217,8 +223,10 @@ class BoxExpander:
         ilo, span, maybe, _ = self._decode_images(keys)
         count = span.prod(axis=1)
         if (count > MAX_CELLS_PER_IMAGE).any():
-            raise ResourceLimitError(f"an image overlaps {int(count.max())} lattice cells (more than "
-                                     f"{MAX_CELLS_PER_IMAGE}); use a shorter horizon or a finer --max-splits")
+            raise ResourceLimitError(
+                f"an image overlaps {int(count.max())} lattice cells (more than "
+                f"{MAX_CELLS_PER_IMAGE}); use a shorter horizon or a finer --max-splits"
+            )
         src = np.repeat(np.arange(keys.shape[0]), count)
         offset = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
         idx = np.empty((src.shape[0], self.d), dtype=np.int64)
@@ -265,9 +273,17 @@ class BoxExpander:
         np.cumsum(np.concatenate(counts), out=unsorted[1:])
         order = np.argsort(row_state, kind="stable")  # rows grouped by source state, as Rows requires
         gather, offsets = gather_rows(order, unsorted)
-        return Rows(row_state[order], np.full(row_state.shape[0], NO_ACTION, dtype=np.int64), offsets,
-                    np.concatenate(tgts)[gather], np.concatenate(probs)[gather], {}, loop,
-                    np.zeros(b, dtype=bool), 0)
+        return Rows(
+            row_state[order],
+            np.full(row_state.shape[0], NO_ACTION, dtype=np.int64),
+            offsets,
+            np.concatenate(tgts)[gather],
+            np.concatenate(probs)[gather],
+            {},
+            loop,
+            np.zeros(b, dtype=bool),
+            0,
+        )
 
     def policy_counters(self) -> tuple[int, float]:
         """No policy network runs here (the splitter bounds the network's actions over boxes)."""
@@ -284,8 +300,9 @@ class BoxExpander:
         return {"fail": fail, "possibly_fail": maybe}
 
 
-def explore_bounded(expander: BoxExpander, initial_keys: np.ndarray, levels: int,
-                    batch: int = 20_000) -> tuple[Explored, np.ndarray]:
+def explore_bounded(
+    expander: BoxExpander, initial_keys: np.ndarray, levels: int, batch: int = 20_000
+) -> tuple[Explored, np.ndarray]:
     """BFS to depth ``levels`` (states at that depth get a self-loop); returns (Explored, ids of the initial keys).
 
     The initial keys are distinct (:meth:`BoxExpander.add_initial`), so their ids are ``0..I-1`` in order.

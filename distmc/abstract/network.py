@@ -72,8 +72,12 @@ class Network:
 
     @classmethod
     def from_arrays(cls, layers: list[tuple[str, np.ndarray | None, np.ndarray | None]]) -> Network:
-        return cls([(k, None if w is None else torch.as_tensor(w), None if b is None else torch.as_tensor(b))
-                    for k, w, b in layers])
+        return cls(
+            [
+                (k, None if w is None else torch.as_tensor(w), None if b is None else torch.as_tensor(b))
+                for k, w, b in layers
+            ]
+        )
 
     @classmethod
     def random(cls, sizes: list[int], activation: str = "relu", seed: int = 0) -> Network:
@@ -81,8 +85,13 @@ class Network:
         g = torch.Generator().manual_seed(seed)
         layers: list[tuple[str, torch.Tensor | None, torch.Tensor | None]] = []
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-            layers.append(("linear", torch.randn(b, a, generator=g, dtype=torch.float64) / a**0.5,
-                           torch.randn(b, generator=g, dtype=torch.float64) * 0.1))
+            layers.append(
+                (
+                    "linear",
+                    torch.randn(b, a, generator=g, dtype=torch.float64) / a**0.5,
+                    torch.randn(b, generator=g, dtype=torch.float64) * 0.1,
+                )
+            )
             if i < len(sizes) - 2:
                 layers.append((activation, None, None))
         return cls(layers)
@@ -111,16 +120,20 @@ def load_network(path: str | Path) -> Network:
             except KeyError as exc:
                 raise PolicyError(f"policy '{spec_path}': weights file lacks {exc} for layer {i}") from None
             if tuple(w.shape) != (layer["out"], layer["in"]):
-                raise PolicyError(f"policy '{spec_path}': layer {i} has shape {tuple(w.shape)}, the spec says "
-                                  f"({layer['out']}, {layer['in']})")
+                raise PolicyError(
+                    f"policy '{spec_path}': layer {i} has shape {tuple(w.shape)}, the spec says "
+                    f"({layer['out']}, {layer['in']})"
+                )
             layers.append(("linear", w, b))
         elif kind in ACTIVATIONS:
             layers.append((kind, None, None))
         elif kind == "softmax" and i == len(specs) - 1:
             continue  # argmax of softmax = argmax of its input
         else:
-            raise PolicyError(f"policy '{spec_path}': layer {i} of type {kind!r} is not supported "
-                              f"(linear, {', '.join(ACTIVATIONS)}, and a final softmax are)")
+            raise PolicyError(
+                f"policy '{spec_path}': layer {i} of type {kind!r} is not supported "
+                f"(linear, {', '.join(ACTIVATIONS)}, and a final softmax are)"
+            )
     if not layers or layers[0][0] != "linear" or layers[-1][0] != "linear":
         raise PolicyError(f"policy '{spec_path}': the network must start and end with a linear layer")
     meta = {k: v for k, v in spec.items() if k not in ("layers", "weights")}

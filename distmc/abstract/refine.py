@@ -95,22 +95,40 @@ def check_fit(env: ContinuousEnv, net: Network, source: str) -> None:
     if net.env and net.env not in (env.name, getattr(env, "dynamics", env.name)):
         raise PolicyError(f"policy '{source}' was trained for '{net.env}', not '{env.name}'")
     if net.n_inputs != env.dim or net.n_outputs != len(env.actions):
-        raise PolicyError(f"policy '{source}' maps {net.n_inputs} inputs to {net.n_outputs} outputs; {env.name} "
-                          f"has {env.dim} state variables and {len(env.actions)} actions")
+        raise PolicyError(
+            f"policy '{source}' maps {net.n_inputs} inputs to {net.n_outputs} outputs; {env.name} "
+            f"has {env.dim} state variables and {len(env.actions)} actions"
+        )
 
 
 class _Bounds:
     """One way to bound a batch of initial boxes: the tree (in-process or on a :class:`TreePool`), or the lattice."""
 
-    def __init__(self, env: ContinuousEnv, net: Network, faults: FaultModel, abstraction: str, max_splits: int,
-                 method: str, workers: int, driver: str, address: str | None) -> None:
+    def __init__(
+        self,
+        env: ContinuousEnv,
+        net: Network,
+        faults: FaultModel,
+        abstraction: str,
+        max_splits: int,
+        method: str,
+        workers: int,
+        driver: str,
+        address: str | None,
+    ) -> None:
         a = env.arrays()
         self.abstraction, self.driver, self.workers, self.address = abstraction, driver, workers, address
         ray = driver == "ray"
         # The lattice's R*-tree cache pays off (its cells recur); the tree's boxes do not recur, and inserting
         # millions of pieces one by one would cost more than it saves.
-        self.splitter = Splitter(net, a["cell"], max_splits, method=method, workers=1 if ray else workers,
-                                 use_cache=abstraction == "lattice" and not ray)
+        self.splitter = Splitter(
+            net,
+            a["cell"],
+            max_splits,
+            method=method,
+            workers=1 if ray else workers,
+            use_cache=abstraction == "lattice" and not ray,
+        )
         self.pool: TreePool | None = None
         self.split_s = 0.0  # the pool's actors' split time
         if abstraction == "tree":
@@ -122,8 +140,9 @@ class _Bounds:
 
     def __call__(self, lo: np.ndarray, hi: np.ndarray, horizon: int) -> AbstractResult:
         if self.abstraction == "lattice":
-            return check_bounds(self.expander, lo, hi, horizon, driver=self.driver, workers=self.workers,
-                                address=self.address)
+            return check_bounds(
+                self.expander, lo, hi, horizon, driver=self.driver, workers=self.workers, address=self.address
+            )
         if horizon < 1:
             raise PropertyError(f"--horizon {horizon}: the horizon must be at least 1 step")
         t = time.perf_counter()
@@ -132,14 +151,25 @@ class _Bounds:
             self.split_s += float(st.get("split_s", 0.0))
         else:
             up, low, st = self.tree.measured(lo, hi, horizon)
-        return AbstractResult(up, low, {"states": int(st.get("nodes", 0)), "split_s": float(st.get("split_s", 0.0)),
-                                        "pieces": int(st.get("pieces", 0)), "explore_s": time.perf_counter() - t})
+        return AbstractResult(
+            up,
+            low,
+            {
+                "states": int(st.get("nodes", 0)),
+                "split_s": float(st.get("split_s", 0.0)),
+                "pieces": int(st.get("pieces", 0)),
+                "explore_s": time.perf_counter() - t,
+            },
+        )
 
     def stats(self) -> dict[str, Any]:
         if self.abstraction == "lattice":
             e = self.expander
-            return {"box_states": e.stats["box_states"], "image_states": len(e.image_keys),
-                    "split_s": round(e.stats["split_s"], 3)}
+            return {
+                "box_states": e.stats["box_states"],
+                "image_states": len(e.image_keys),
+                "split_s": round(e.stats["split_s"], 3),
+            }
         return {"split_s": round(self.tree.stats["split_s"] + self.split_s, 3)}
 
     def close(self) -> None:
@@ -148,8 +178,9 @@ class _Bounds:
             self.pool.close()
 
 
-def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, options: AbstractOptions | None = None, /,
-            **kw: Any) -> Analysis:
+def analyse(
+    env: ContinuousEnv, net: Network, faults: FaultModel, options: AbstractOptions | None = None, /, **kw: Any
+) -> Analysis:
     """Bounds for the initial region, refined ``options.refine`` times (see the module docstring).
 
     ``options`` (:class:`~distmc.abstract.options.AbstractOptions`), keywords over them, or keywords alone
@@ -185,16 +216,32 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, options: Abstr
 
         def check_points(first: int, point_max: np.ndarray, inside: np.ndarray) -> None:
             """Validate the boxes from index ``first`` on (the new ones); the older boxes keep theirs."""
-            v = validate_boxes(env, net, faults, out.lo[first:], out.hi[first:], out.upper[first:],
-                               out.lower[first:], horizon, validate, rng)
+            v = validate_boxes(
+                env,
+                net,
+                faults,
+                out.lo[first:],
+                out.hi[first:],
+                out.upper[first:],
+                out.lower[first:],
+                horizon,
+                validate,
+                rng,
+            )
             out.point_max = np.concatenate([point_max, v["point_max"]])
             out.inside = np.concatenate([inside, v["inside"]])
 
         def record(step: int, stats: dict[str, Any]) -> None:
-            h = {"step": step, "boxes": int(out.lo.shape[0]), "safe_fraction": out.safe_fraction(),
-                 "unsafe_fraction": out.unsafe_fraction(), "lower_half_fraction": out.fraction(out.lower >= 0.5),
-                 "new_states": stats["states"], "split_s": round(stats["split_s"], 3),
-                 "elapsed_s": round(time.perf_counter() - t0, 3)}
+            h = {
+                "step": step,
+                "boxes": int(out.lo.shape[0]),
+                "safe_fraction": out.safe_fraction(),
+                "unsafe_fraction": out.unsafe_fraction(),
+                "lower_half_fraction": out.fraction(out.lower >= 0.5),
+                "new_states": stats["states"],
+                "split_s": round(stats["split_s"], 3),
+                "elapsed_s": round(time.perf_counter() - t0, 3),
+            }
             if out.inside is not None:
                 h["mean_gap"] = out.mean_gap()
                 h["outside"] = int((~out.inside).sum())
@@ -218,9 +265,11 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, options: Abstr
                 elapsed = time.perf_counter() - t0
                 estimate = last_step_s / max(last_boxes, 1) * 2 * idx.shape[0]
                 if elapsed + estimate > time_limit:
-                    stopped = (f"refinement stopped after step {step - 1} of {refine}: step {step} ({2 * idx.shape[0]} "
-                               f"new boxes, about {estimate:.0f} s) would end past the time limit of {time_limit:g} s "
-                               f"({elapsed:.0f} s spent)")
+                    stopped = (
+                        f"refinement stopped after step {step - 1} of {refine}: step {step} ({2 * idx.shape[0]} "
+                        f"new boxes, about {estimate:.0f} s) would end past the time limit of {time_limit:g} s "
+                        f"({elapsed:.0f} s spent)"
+                    )
                     break
             clo, chi = bisect(out.lo[idx], out.hi[idx], width)
             t_step = time.perf_counter()
@@ -240,11 +289,21 @@ def analyse(env: ContinuousEnv, net: Network, faults: FaultModel, options: Abstr
         ray = driver == "ray"
         # The tree's nodes of every step; the lattice on Ray: the largest abstract MDP built (its states live in the
         # actors), in-process: the states of the one growing abstract MDP (set below).
-        out.stats = {"abstract_states": max(h["new_states"] for h in out.history) if ray and abstraction == "lattice"
-                     else sum(h["new_states"] for h in out.history), **bounder.stats(),
-                     "elapsed_s": round(time.perf_counter() - t0, 3), "loosened": loosened, "workers": workers,
-                     "driver": driver, "abstraction": abstraction, "method": method, "max_splits": max_splits,
-                     "min_size": min_size, **{f"splitter_{k}": v for k, v in bounder.splitter.stats.items()}}
+        out.stats = {
+            "abstract_states": max(h["new_states"] for h in out.history)
+            if ray and abstraction == "lattice"
+            else sum(h["new_states"] for h in out.history),
+            **bounder.stats(),
+            "elapsed_s": round(time.perf_counter() - t0, 3),
+            "loosened": loosened,
+            "workers": workers,
+            "driver": driver,
+            "abstraction": abstraction,
+            "method": method,
+            "max_splits": max_splits,
+            "min_size": min_size,
+            **{f"splitter_{k}": v for k, v in bounder.splitter.stats.items()},
+        }
         if abstraction == "lattice" and not ray:
             out.stats["abstract_states"] = out.stats["box_states"] + out.stats["image_states"] + 1
         if stopped is not None:
@@ -261,5 +320,7 @@ def _why_done(a: Analysis, big: np.ndarray, min_size: float) -> str:
         return f"every box is safe (upper bound <= {a.threshold:g})"
     unsafe = int((above & (a.lower > a.threshold)).sum())
     small = int((above & (a.lower <= a.threshold) & ~big).sum())
-    return (f"of the {int(above.sum())} boxes above the threshold {a.threshold:g}, {unsafe} are surely unsafe (lower "
-            f"bound above it) and {small} are at --min-size {min_size:g}; a smaller --min-size refines further")
+    return (
+        f"of the {int(above.sum())} boxes above the threshold {a.threshold:g}, {unsafe} are surely unsafe (lower "
+        f"bound above it) and {small} are at --min-size {min_size:g}; a smaller --min-size refines further"
+    )

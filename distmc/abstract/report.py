@@ -21,28 +21,40 @@ __all__ = ["pca_centres", "plot", "summary", "to_json"]
 
 def summary(a: Analysis, env: ContinuousEnv, rows: int = 20) -> str:
     """Text report: the settings, the refinement history, and the worst ``rows`` boxes by upper bound."""
-    lines = [f"distmc abstract {a.env}: horizon {a.horizon}, fault {a.fault}, threshold {a.threshold:g}, "
-             f"{a.stats.get('abstraction', 'lattice')} abstraction",
-             *(f"  {k} region: " + ", ".join(f"{n}=[{lo:g}, {hi:g}]" for n, (lo, hi) in r.items())
-               for k, r in a.regions.items()),
-             f"  {a.lo.shape[0]} initial boxes, {a.stats.get('abstract_states', 0)} abstract states "
-             + (f"({a.stats.get('box_states', 0)} boxes, {a.stats.get('image_states', 0)} images), "
-                if "box_states" in a.stats else "(tree nodes, all steps), ") +
-             f"{a.stats.get('elapsed_s', 0):.2f} s (split {a.stats.get('split_s', 0):.2f} s, "
-             f"{a.stats.get('workers', 1)} workers)",
-             f"  safe volume (upper <= {a.threshold:g}): {a.safe_fraction():.4f}; surely unsafe (lower > "
-             f"{a.threshold:g}): {a.unsafe_fraction():.4f}; lower >= 0.5: {a.fraction(a.lower >= 0.5):.4f}",
-             "  step  boxes  safe_fraction  unsafe_fraction  lower>=0.5" + ("  mean_gap" if a.point_max is not None
-                                                                             else "") + "  elapsed_s"]
+    lines = [
+        f"distmc abstract {a.env}: horizon {a.horizon}, fault {a.fault}, threshold {a.threshold:g}, "
+        f"{a.stats.get('abstraction', 'lattice')} abstraction",
+        *(
+            f"  {k} region: " + ", ".join(f"{n}=[{lo:g}, {hi:g}]" for n, (lo, hi) in r.items())
+            for k, r in a.regions.items()
+        ),
+        f"  {a.lo.shape[0]} initial boxes, {a.stats.get('abstract_states', 0)} abstract states "
+        + (
+            f"({a.stats.get('box_states', 0)} boxes, {a.stats.get('image_states', 0)} images), "
+            if "box_states" in a.stats
+            else "(tree nodes, all steps), "
+        )
+        + f"{a.stats.get('elapsed_s', 0):.2f} s (split {a.stats.get('split_s', 0):.2f} s, "
+        f"{a.stats.get('workers', 1)} workers)",
+        f"  safe volume (upper <= {a.threshold:g}): {a.safe_fraction():.4f}; surely unsafe (lower > "
+        f"{a.threshold:g}): {a.unsafe_fraction():.4f}; lower >= 0.5: {a.fraction(a.lower >= 0.5):.4f}",
+        "  step  boxes  safe_fraction  unsafe_fraction  lower>=0.5"
+        + ("  mean_gap" if a.point_max is not None else "")
+        + "  elapsed_s",
+    ]
     for h in a.history:
         gap = f"  {h['mean_gap']:>8.4f}" if "mean_gap" in h else ""
-        lines.append(f"  {h['step']:>4}  {h['boxes']:>5}  {h['safe_fraction']:>13.4f}  {h['unsafe_fraction']:>15.4f}"
-                     f"  {h.get('lower_half_fraction', 0.0):>10.4f}{gap}  {h['elapsed_s']:>9.1f}")
+        lines.append(
+            f"  {h['step']:>4}  {h['boxes']:>5}  {h['safe_fraction']:>13.4f}  {h['unsafe_fraction']:>15.4f}"
+            f"  {h.get('lower_half_fraction', 0.0):>10.4f}{gap}  {h['elapsed_s']:>9.1f}"
+        )
     if a.point_max is not None and a.inside is not None:
         worst = int(np.argmax(a.upper - a.point_max))
-        lines.append(f"  --validate: every sampled point within its box's bounds: {bool(a.inside.all())} "
-                     f"({int((~a.inside).sum())} boxes not); mean gap upper - largest point probability "
-                     f"{a.mean_gap():.4f}, worst {a.upper[worst] - a.point_max[worst]:.4f} (box {worst})")
+        lines.append(
+            f"  --validate: every sampled point within its box's bounds: {bool(a.inside.all())} "
+            f"({int((~a.inside).sum())} boxes not); mean gap upper - largest point probability "
+            f"{a.mean_gap():.4f}, worst {a.upper[worst] - a.point_max[worst]:.4f} (box {worst})"
+        )
     if "stopped" in a.stats:
         lines.append(f"  {a.stats['stopped']}")
     order = np.argsort(-a.upper, kind="stable")[:rows]
@@ -57,16 +69,27 @@ def summary(a: Analysis, env: ContinuousEnv, rows: int = 20) -> str:
 def to_json(a: Analysis, env: ContinuousEnv) -> str:
     """Every box with its bounds, the history and the statistics."""
     doc: dict[str, Any] = {
-        "env": a.env, "state_names": list(env.state_names), "horizon": a.horizon, "fault": a.fault,
-        "threshold": a.threshold, "safe_fraction": a.safe_fraction(), "unsafe_fraction": a.unsafe_fraction(),
+        "env": a.env,
+        "state_names": list(env.state_names),
+        "horizon": a.horizon,
+        "fault": a.fault,
+        "threshold": a.threshold,
+        "safe_fraction": a.safe_fraction(),
+        "unsafe_fraction": a.unsafe_fraction(),
         "regions": {k: {n: [_num(lo), _num(hi)] for n, (lo, hi) in r.items()} for k, r in a.regions.items()},
-        "history": a.history, "stats": a.stats,
-        "boxes": [{"lo": a.lo[i].tolist(), "hi": a.hi[i].tolist(), "lower": float(a.lower[i]),
-                   "upper": float(a.upper[i])} for i in range(a.lo.shape[0])],
+        "history": a.history,
+        "stats": a.stats,
+        "boxes": [
+            {"lo": a.lo[i].tolist(), "hi": a.hi[i].tolist(), "lower": float(a.lower[i]), "upper": float(a.upper[i])}
+            for i in range(a.lo.shape[0])
+        ],
     }
     if a.point_max is not None and a.inside is not None:
-        doc["validate"] = {"all_inside": bool(a.inside.all()), "mean_gap": a.mean_gap(),
-                           "worst_gap": float((a.upper - a.point_max).max())}
+        doc["validate"] = {
+            "all_inside": bool(a.inside.all()),
+            "mean_gap": a.mean_gap(),
+            "worst_gap": float((a.upper - a.point_max).max()),
+        }
         for i, b in enumerate(doc["boxes"]):
             b["point_max"], b["inside"] = float(a.point_max[i]), bool(a.inside[i])
     return json.dumps(doc, indent=1)
@@ -137,8 +160,18 @@ def plot(a: Analysis, env: ContinuousEnv, path: str | Path, dims: tuple[int, int
         h.set_title(f"{a.env}: volume per bound ({a.lo.shape[0]} boxes)")
         xy, share = pca_centres(a)
         area = 4 + 400 * np.sqrt(v / v.max())  # area by volume (square root: the smallest boxes stay visible)
-        sc = ax.scatter(xy[order, 0], xy[order, 1], s=area[order], c=a.upper[order], cmap="RdYlGn_r", vmin=0, vmax=1,
-                        edgecolors="k", linewidths=0.2, alpha=0.8)
+        sc = ax.scatter(
+            xy[order, 0],
+            xy[order, 1],
+            s=area[order],
+            c=a.upper[order],
+            cmap="RdYlGn_r",
+            vmin=0,
+            vmax=1,
+            edgecolors="k",
+            linewidths=0.2,
+            alpha=0.8,
+        )
         ax.set_xlabel(f"first principal component ({share[0]:.0%} of the variance)")
         ax.set_ylabel(f"second principal component ({share[1]:.0%})")
         ax.set_title(f"{title}: boxes on their principal components\n(bubble area by volume) {note}")

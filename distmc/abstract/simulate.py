@@ -11,8 +11,16 @@ from distmc.abstract.network import Network
 __all__ = ["failure_frequency", "point_probability", "validate"]
 
 
-def failure_frequency(env: ContinuousEnv, net: Network, faults: FaultModel, lo: np.ndarray, hi: np.ndarray,
-                      horizon: int, samples: int, rng: np.random.Generator) -> np.ndarray:
+def failure_frequency(
+    env: ContinuousEnv,
+    net: Network,
+    faults: FaultModel,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    horizon: int,
+    samples: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """Fraction ``[I]`` of ``samples`` runs per box ``[I, d]`` (uniform start in the box) that fail within ``horizon``.
 
     Failure is checked after every physical step, as in :mod:`distmc.abstract.faults`; a run stops when it fails.
@@ -57,8 +65,12 @@ def point_probability(env: ContinuousEnv, net: Network, faults: FaultModel, x: n
     """
     x = np.asarray(x, dtype=np.float64)
     if x.shape[0] > POINT_BATCH:  # batches of points: the runs of one batch grow as outcomes ** step
-        return np.concatenate([point_probability(env, net, faults, x[s : s + POINT_BATCH], horizon)
-                               for s in range(0, x.shape[0], POINT_BATCH)])
+        return np.concatenate(
+            [
+                point_probability(env, net, faults, x[s : s + POINT_BATCH], horizon)
+                for s in range(0, x.shape[0], POINT_BATCH)
+            ]
+        )
     fail = np.where(env.failed(x), 1.0, 0.0)
     alive = np.flatnonzero(fail == 0)
     xs, w, idx = x[alive], np.ones(alive.shape[0]), alive
@@ -82,9 +94,18 @@ def point_probability(env: ContinuousEnv, net: Network, faults: FaultModel, x: n
     return fail
 
 
-def validate(env: ContinuousEnv, net: Network, faults: FaultModel, lo: np.ndarray, hi: np.ndarray,
-             upper: np.ndarray, lower: np.ndarray, horizon: int, samples: int,
-             rng: np.random.Generator) -> dict[str, np.ndarray]:
+def validate(
+    env: ContinuousEnv,
+    net: Network,
+    faults: FaultModel,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    upper: np.ndarray,
+    lower: np.ndarray,
+    horizon: int,
+    samples: int,
+    rng: np.random.Generator,
+) -> dict[str, np.ndarray]:
     """Exact point probabilities of ``samples`` uniform points per box ``[I, d]``, against the boxes' bounds.
 
     Returns per box the largest and smallest sampled probability (``point_max``, ``point_min``) and whether every

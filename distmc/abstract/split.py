@@ -43,13 +43,17 @@ class Pieces:
 
     @staticmethod
     def concat(parts: list[Pieces]) -> Pieces:
-        return Pieces(np.concatenate([p.owner for p in parts]),
-                      np.concatenate([p.lo for p in parts]), np.concatenate([p.hi for p in parts]),
-                      np.concatenate([p.mask for p in parts]))
+        return Pieces(
+            np.concatenate([p.owner for p in parts]),
+            np.concatenate([p.lo for p in parts]),
+            np.concatenate([p.hi for p in parts]),
+            np.concatenate([p.mask for p in parts]),
+        )
 
 
-def split_boxes(net: Network, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray, max_splits: int,
-                method: str = "crown") -> Pieces:
+def split_boxes(
+    net: Network, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray, max_splits: int, method: str = "crown"
+) -> Pieces:
     """Branch and bound over boxes ``[B, d]``; pieces come out sorted by owner, then in depth-first order."""
     b, d = lo.shape
     owner = np.arange(b, dtype=np.int64)
@@ -100,8 +104,16 @@ def _split_job(lo: np.ndarray, hi: np.ndarray, scale: np.ndarray, max_splits: in
 class Splitter:
     """Splits batches of boxes by action, with an R*-tree cache and ``workers`` processes (1: in-process)."""
 
-    def __init__(self, net: Network, scale: np.ndarray, max_splits: int, *, method: str = "crown",
-                 workers: int = 1, use_cache: bool = True) -> None:
+    def __init__(
+        self,
+        net: Network,
+        scale: np.ndarray,
+        max_splits: int,
+        *,
+        method: str = "crown",
+        workers: int = 1,
+        use_cache: bool = True,
+    ) -> None:
         self.net, self.scale, self.max_splits, self.method = net, np.asarray(scale, float), max_splits, method
         self.workers = max(1, int(workers))
         self.dim = self.scale.shape[0]
@@ -120,8 +132,12 @@ class Splitter:
 
     def _pool_get(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_init_worker, initargs=(self.net.to_arrays(), 1))
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(self.net.to_arrays(), 1),
+            )
         return self._pool
 
     def start(self) -> None:
@@ -193,8 +209,9 @@ class Splitter:
                 chunks = np.array_split(miss, 4 * self.workers)
                 chunks = [c for c in chunks if c.size]
                 pool = self._pool_get()
-                futures = [pool.submit(_split_job, lo[c], hi[c], self.scale, self.max_splits, self.method)
-                           for c in chunks]
+                futures = [
+                    pool.submit(_split_job, lo[c], hi[c], self.scale, self.max_splits, self.method) for c in chunks
+                ]
                 results = [f.result() for f in futures]
             for c, r in zip(chunks, results, strict=True):
                 r.mask &= known[c][r.owner]

@@ -158,8 +158,7 @@ class TreeBounds:
                 raise _TooBig
         return levels
 
-    def measured(self, lo: np.ndarray, hi: np.ndarray,
-                 horizon: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    def measured(self, lo: np.ndarray, hi: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
         """:meth:`bounds`, and what this call added to :attr:`stats`."""
         before = dict(self.stats)
         up, low = self.bounds(lo, hi, horizon)
@@ -183,8 +182,10 @@ class TreeBounds:
                 levels = self.build(clo[s:e], chi[s:e], horizon)
             except _TooBig:
                 if batch == 1:
-                    raise ResourceLimitError(f"the tree of one initial box holds more than {MAX_LEVEL_NODES} "
-                                             "nodes in a level; use a shorter horizon or refine") from None
+                    raise ResourceLimitError(
+                        f"the tree of one initial box holds more than {MAX_LEVEL_NODES} "
+                        "nodes in a level; use a shorter horizon or refine"
+                    ) from None
                 batch = max(1, batch // 4)
                 continue
             u, low = self.reduce(levels)

@@ -43,8 +43,10 @@ def _brackets(columns: list[np.ndarray], k: int) -> np.ndarray:
     """``[k]`` strings ``" [a, b]"`` of the values of ``columns`` (each ``[k]`` float64), shortest round-trip text."""
     if not columns:
         return np.full(k, "", dtype=object)
-    return np.array([" [" + ", ".join(map(repr, vals)) + "]" for vals in zip(*(c.tolist() for c in columns), strict=True)],
-                    dtype=object)
+    return np.array(
+        [" [" + ", ".join(map(repr, vals)) + "]" for vals in zip(*(c.tolist() for c in columns), strict=True)],
+        dtype=object,
+    )
 
 
 def write_drn(m: InducedModel, path: str | Path) -> None:
@@ -60,8 +62,10 @@ def write_drn(m: InducedModel, path: str | Path) -> None:
     targets, prob = m.targets, m.prob
     groups, offsets = m.row_groups, m.row_offsets
     with atomic_path(path) as tmp, open(tmp, "w") as f:
-        f.write(f"// Exported by distmc\n@type: {'MDP' if m.kind == 'mdp' else 'DTMC'}\n@value_type: double\n"
-                f"@parameters\n\n@reward_models\n{' '.join(names)}\n@nr_states\n{n}\n@nr_choices\n{n_rows}\n@model\n")
+        f.write(
+            f"// Exported by distmc\n@type: {'MDP' if m.kind == 'mdp' else 'DTMC'}\n@value_type: double\n"
+            f"@parameters\n\n@reward_models\n{' '.join(names)}\n@nr_states\n{n}\n@nr_choices\n{n_rows}\n@model\n"
+        )
         for s0 in range(0, n, BLOCK):
             s1 = min(n, s0 + BLOCK)
             r0, r1 = int(groups[s0]), int(groups[s1])
@@ -83,7 +87,10 @@ def write_drn(m: InducedModel, path: str | Path) -> None:
             lines[state_at] = text
             local = (rows - groups[row_state]).tolist()
             lines[row_at] = np.array([f"\taction {a}" for a in local], dtype=object) + _brackets(
-                [c[r0:r1] for c in action_rew], r1 - r0)
-            lines[branch_at] = [f"\t\t{t} : {p!r}" for t, p in zip(targets[t0:t1].tolist(), prob[t0:t1].tolist(), strict=True)]
+                [c[r0:r1] for c in action_rew], r1 - r0
+            )
+            lines[branch_at] = [
+                f"\t\t{t} : {p!r}" for t, p in zip(targets[t0:t1].tolist(), prob[t0:t1].tolist(), strict=True)
+            ]
             f.write("\n".join(lines.tolist()))
             f.write("\n")

@@ -77,8 +77,9 @@ class InducedModel:
         return np.concatenate(self.prob_chunks) if self.prob_chunks else np.zeros(0)
 
 
-def merge_csr_rows(row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray,
-                   lut: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+def merge_csr_rows(
+    row_offsets: np.ndarray, targets: np.ndarray, prob: np.ndarray, lut: np.ndarray | None = None
+) -> tuple[np.ndarray, ...]:
     """Sort each row's branches by target and add up duplicates (in arrival order); in place when it may.
 
     The compiled :func:`~distmc._internal.jit.merge_rows`, or a numpy version without numba. Returns the merged
@@ -200,8 +201,9 @@ def assemble(
 
     init = np.zeros(n, dtype=bool)
     init[parts.initial] = True
-    labels, rewards = label_states(parts.keys, model, codec, atoms, reward_names, init, parts.deadlock, parts.loop,
-                                   parts.rewards)
+    labels, rewards = label_states(
+        parts.keys, model, codec, atoms, reward_names, init, parts.deadlock, parts.loop, parts.rewards
+    )
     return InducedModel(
         kind=kind,
         row_groups=row_groups,
@@ -229,8 +231,11 @@ def absorbing(m: InducedModel, stop: np.ndarray) -> InducedModel | None:
     first = m.row_groups[:-1]  # [N] first row of each state
     targets = m.targets
     idx = np.flatnonzero(stop)
-    if (np.all(n_rows_of[idx] == 1) and np.all(branches[first[idx]] == 1)
-            and np.array_equal(targets[m.row_offsets[first[idx]]], idx)):
+    if (
+        np.all(n_rows_of[idx] == 1)
+        and np.all(branches[first[idx]] == 1)
+        and np.array_equal(targets[m.row_offsets[first[idx]]], idx)
+    ):
         return None
     prob = m.prob
     row_stop = np.repeat(stop, n_rows_of)  # [R]
@@ -256,8 +261,19 @@ def absorbing(m: InducedModel, stop: np.ndarray) -> InducedModel | None:
     np.cumsum(np.where(stop, 1, n_rows_of), out=groups[1:])
     rewards: dict[str, tuple[np.ndarray | None, np.ndarray | None]] = {}
     for name, (state, action) in m.rewards.items():
-        rewards[name] = (None if state is None else np.where(stop, 0.0, state),
-                         None if action is None else np.where(synthetic, 0.0, action)[emit])
-    return InducedModel(kind=m.kind, row_groups=groups, row_offsets=offsets, target_chunks=[new_t],
-                        prob_chunks=[new_p], row_action=np.where(synthetic, -1, m.row_action)[emit],
-                        initial=m.initial, labels=m.labels, rewards=rewards, keys=m.keys)
+        rewards[name] = (
+            None if state is None else np.where(stop, 0.0, state),
+            None if action is None else np.where(synthetic, 0.0, action)[emit],
+        )
+    return InducedModel(
+        kind=m.kind,
+        row_groups=groups,
+        row_offsets=offsets,
+        target_chunks=[new_t],
+        prob_chunks=[new_p],
+        row_action=np.where(synthetic, -1, m.row_action)[emit],
+        initial=m.initial,
+        labels=m.labels,
+        rewards=rewards,
+        keys=m.keys,
+    )

@@ -46,10 +46,7 @@ class _Reader:
     def __init__(self, data: np.ndarray | bytes | list[np.ndarray]) -> None:
         parts = data if isinstance(data, list) else [data]
         self._views = [
-            np.ascontiguousarray(d).data.cast("B")
-            if isinstance(d, np.ndarray)
-            else memoryview(d)
-            for d in parts
+            np.ascontiguousarray(d).data.cast("B") if isinstance(d, np.ndarray) else memoryview(d) for d in parts
         ]
         self.size = sum(v.nbytes for v in self._views)
         self._i = 0
@@ -73,8 +70,13 @@ class _Reader:
 def _le(a: np.ndarray, dtype: str) -> np.ndarray:
     """``a`` as little-endian ``dtype`` (``"<u8"``, ``"<f8"``): a view when the bits already match, else a copy."""
     want = np.dtype(dtype)
-    if a.dtype == want or (a.dtype.kind == "i" and want.kind == "u" and a.dtype.itemsize == want.itemsize
-                           and a.dtype.byteorder in ("=", "<") and (a.shape[0] == 0 or a.min() >= 0)):
+    if a.dtype == want or (
+        a.dtype.kind == "i"
+        and want.kind == "u"
+        and a.dtype.itemsize == want.itemsize
+        and a.dtype.byteorder in ("=", "<")
+        and (a.shape[0] == 0 or a.min() >= 0)
+    ):
         return a.view(want)
     return a.astype(want)
 
@@ -151,8 +153,9 @@ def to_storm_umb(m: InducedModel, release: bool = False, exact: bool = False) ->
         try:
             write_umb(m, tmp)
         except OSError as exc:
-            raise storage_error(tmp, exc, "the model goes to Storm through this temporary file: point TMPDIR at a "
-                                "directory with room") from exc
+            raise storage_error(
+                tmp, exc, "the model goes to Storm through this temporary file: point TMPDIR at a directory with room"
+            ) from exc
         if release:  # 16 B per transition less while Storm reads the archive and builds its own matrix
             m.target_chunks, m.prob_chunks = [], []
         options = sst.UmbImportOptions()
@@ -170,8 +173,12 @@ def to_storm_builder(m: InducedModel) -> Any:
     """Storm model via ``SparseMatrixBuilder.add_next_values`` and ``SparseModelComponents``."""
     mdp = m.kind == "mdp"
     builder = sst.SparseMatrixBuilder(
-        rows=m.n_rows, columns=m.n_states, entries=m.n_transitions, force_dimensions=True,
-        has_custom_row_grouping=mdp, row_groups=m.n_states if mdp else 0,
+        rows=m.n_rows,
+        columns=m.n_states,
+        entries=m.n_transitions,
+        force_dimensions=True,
+        has_custom_row_grouping=mdp,
+        row_groups=m.n_states if mdp else 0,
     )
     rows = np.repeat(np.arange(m.n_rows, dtype=np.int64), np.diff(m.row_offsets))
     builder.add_next_values(rows, m.targets, m.prob, m.row_groups[:-1] if mdp else [])
@@ -186,7 +193,9 @@ def to_storm_builder(m: InducedModel) -> Any:
             optional_state_reward_vector=None if state is None else state.tolist(),
             optional_state_action_reward_vector=None if action is None else action.tolist(),
         )
-    components = sst.SparseModelComponents(transition_matrix=matrix, state_labeling=labeling, reward_models=reward_models)
+    components = sst.SparseModelComponents(
+        transition_matrix=matrix, state_labeling=labeling, reward_models=reward_models
+    )
     return sst.SparseMdp(components) if mdp else sst.SparseDtmc(components)
 
 

@@ -176,8 +176,9 @@ def remove_segments(prefix: str) -> int:
     return removed
 
 
-def open_channels(prefix: str | None, rank: int, send_sizes: list[int], recv_sizes: list[int],
-                  nodes: list[Any]) -> Channels | None:
+def open_channels(
+    prefix: str | None, rank: int, send_sizes: list[int], recv_sizes: list[int], nodes: list[Any]
+) -> Channels | None:
     """This worker's channels to its same-node peers, or None (no prefix: the driver's ``DISTMC_SHM=0``; no such peer).
 
     A ``/dev/shm`` without four times the room its files take: channels that only receive.

@@ -24,8 +24,16 @@ from distmc.check.result import (
 )
 from distmc.errors import PropertyError, SlowConvergenceError
 
-__all__ = ["EXACT_MAX_TRANSITIONS", "LRA_ELIMINATION_MAX_STATES", "MAX_ITERATIONS", "check", "check_values",
-           "environment", "long_run_fallback", "value_vector"]
+__all__ = [
+    "EXACT_MAX_TRANSITIONS",
+    "LRA_ELIMINATION_MAX_STATES",
+    "MAX_ITERATIONS",
+    "check",
+    "check_values",
+    "environment",
+    "long_run_fallback",
+    "value_vector",
+]
 
 #: Termination precision of Storm's min-max solver for MDPs (absolute, as for DTMCs, unless asked otherwise).
 MDP_PRECISION = DEFAULT_PRECISION
@@ -133,7 +141,8 @@ def long_run_fallback(n_states: int, precision: Precision | None = None) -> Any:
 def _is_long_run(formula: Any) -> bool:
     """Whether ``formula`` is a long-run average (``S``/``LRA`` of a state formula, or ``R=? [S]``)."""
     return isinstance(formula, stormpy.logic.LongRunAverageOperatorFormula) or isinstance(
-        getattr(formula, "subformula", None), stormpy.logic.LongRunAverageRewardFormula)
+        getattr(formula, "subformula", None), stormpy.logic.LongRunAverageRewardFormula
+    )
 
 
 def _needs_fallback(exc: PropertyError) -> bool:
@@ -144,8 +153,9 @@ def _model_check(storm_model: Any, formula: Any, only_initial_states: bool, env:
     said: list[str] = []
     try:
         with storm_quiet(said):  # Storm logs its warnings and errors on file descriptor 1
-            result = stormpy.model_checking(storm_model, formula, only_initial_states=only_initial_states,
-                                            environment=env)
+            result = stormpy.model_checking(
+                storm_model, formula, only_initial_states=only_initial_states, environment=env
+            )
     except (RuntimeError, stormpy.exceptions.StormError) as exc:
         lines = storm_lines(str(exc))
         why = lines[0] if lines else type(exc).__name__
@@ -153,7 +163,8 @@ def _model_check(storm_model: Any, formula: Any, only_initial_states: bool, env:
     if any("did not converge" in text for text in said):  # Storm's iterative solver hit MAX_ITERATIONS
         raise SlowConvergenceError(
             f"value iteration converges too slowly on this model: Storm's did not converge on '{formula}' within "
-            f"{MAX_ITERATIONS:,} iterations")
+            f"{MAX_ITERATIONS:,} iterations"
+        )
     return result
 
 
@@ -201,8 +212,9 @@ def _direction(storm_model: Any, formula: Any, initial: np.ndarray, env: Any, ex
     return {"values": triples[:, 0], "lo": triples[:, 1], "hi": triples[:, 2], "rationals": rationals}
 
 
-def _sound_direction(storm_model: Any, formula: Any, initial: np.ndarray, p: Precision, probability: bool,
-                     complement: bool) -> dict[str, Any]:
+def _sound_direction(
+    storm_model: Any, formula: Any, initial: np.ndarray, p: Precision, probability: bool, complement: bool
+) -> dict[str, Any]:
     """Values and bounds ``[I]`` at ``initial`` from Storm's sound method, run until they meet ``p``'s rule.
 
     DTMCs: sound value iteration; MDPs: interval iteration; run again at a finer absolute precision while the
@@ -222,8 +234,9 @@ def _sound_direction(storm_model: Any, formula: Any, initial: np.ndarray, p: Pre
             lo = np.asarray([float(result.get_lower_bound(int(s))) for s in initial], dtype=np.float64)
             hi = np.asarray([float(result.get_upper_bound(int(s))) for s in initial], dtype=np.float64)
         else:
-            pairs = np.asarray([ask.interval(v, probability, complement) for v in values.tolist()],
-                               dtype=np.float64).reshape(-1, 2)
+            pairs = np.asarray(
+                [ask.interval(v, probability, complement) for v in values.tolist()], dtype=np.float64
+            ).reshape(-1, 2)
             lo, hi = pairs[:, 0], pairs[:, 1]
         lo, hi = np.minimum(lo, values), np.maximum(hi, values)
         wide = widen(lo, hi, probability)
@@ -241,8 +254,15 @@ def _sound_direction(storm_model: Any, formula: Any, initial: np.ndarray, p: Pre
     return out
 
 
-def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
-          precision: Precision | None = None, *, env: Any = None) -> CheckResult:
+def check(
+    storm_model: Any,
+    spec: PropertySpec,
+    kind: str,
+    initial: np.ndarray,
+    precision: Precision | None = None,
+    *,
+    env: Any = None,
+) -> CheckResult:
     """The property's value, bounds and truth at the initial state(s).
 
     A DTMC, or an MDP queried with ``min``/``max`` (given, or implied by a threshold), gives one number per
@@ -275,8 +295,9 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
             got = {d: _direction(storm_model, f, initial, env, p.exact) for d, f in formulas.items()}
         if sound and not p.exact:  # a benchmark's own settings: the bounds its precision would state
             for g in got.values():
-                pairs = np.asarray([p.interval(v, probability, complement) for v in g["values"].tolist()],
-                                   dtype=np.float64).reshape(-1, 2)
+                pairs = np.asarray(
+                    [p.interval(v, probability, complement) for v in g["values"].tolist()], dtype=np.float64
+                ).reshape(-1, 2)
                 g["lo"], g["hi"] = pairs[:, 0], pairs[:, 1]
     parts: dict[str, Any] = {}
     value_filter = spec.filter if spec.filter in VALUE_FILTERS else None
@@ -300,8 +321,11 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
         value, bounds = parts[""]
     else:
         value = {"min": _pick(parts["min"][0], "min"), "max": _pick(parts["max"][0], "max")}
-        bounds = None if parts["min"][1] is None else {"min": _pick_b(parts["min"][1], "min"),
-                                                       "max": _pick_b(parts["max"][1], "max")}
+        bounds = (
+            None
+            if parts["min"][1] is None
+            else {"min": _pick_b(parts["min"][1], "min"), "max": _pick_b(parts["max"][1], "max")}
+        )
     truth = decided = None
     if spec.threshold is not None and spec.filter in TRUTH_FILTERS:
         count, truth, decided = _truth_filter(spec.filter, spec.threshold, got[""], p.exact)
@@ -318,17 +342,24 @@ def check(storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray,
     exact_text: str | dict[str, str] | None = None
     if p.exact:
         texts = {d: [str(q) for q in g["rationals"]] for d, g in got.items()}
-        exact_text = texts[""][0] if single and len(texts[""]) == 1 else {
-            d: ", ".join(t) for d, t in texts.items()
-        }
+        exact_text = texts[""][0] if single and len(texts[""]) == 1 else {d: ", ".join(t) for d, t in texts.items()}
     method = "exact" if p.exact else ("iterative" if spec.solution == "sound" and not sound else spec.solution)
-    return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, exact=exact_text, method=method,
-                       note=NOT_SOUND if method == "iterative" else None)
+    return CheckResult(
+        value=value,
+        bounds=bounds,
+        truth=truth,
+        decided=decided,
+        exact=exact_text,
+        method=method,
+        note=NOT_SOUND if method == "iterative" else None,
+    )
 
 
 #: The report's line under an MDP value checked by Storm's default min-max value iteration.
-NOT_SOUND = ("not sound: Storm's default min-max value iteration on an MDP states no error bound; give --precision "
-             "or --precision-abs (or --sound-mdp) for sound bounds by interval iteration")
+NOT_SOUND = (
+    "not sound: Storm's default min-max value iteration on an MDP states no error bound; give --precision "
+    "or --precision-abs (or --sound-mdp) for sound bounds by interval iteration"
+)
 
 
 def _aggregate(op: str, values: list[Any]) -> Any:
@@ -341,8 +372,9 @@ def _aggregate(op: str, values: list[Any]) -> Any:
     return total / len(values) if op == "avg" else total
 
 
-def _truth_filter(op: str, threshold: tuple[str, Fraction], g: dict[str, Any],
-                  exact: bool) -> tuple[float | None, bool | None, bool | None]:
+def _truth_filter(
+    op: str, threshold: tuple[str, Fraction], g: dict[str, Any], exact: bool
+) -> tuple[float | None, bool | None, bool | None]:
     """``(count, truth, decided)`` of ``filter(count|forall|exists, P>=p [...], "init")``.
 
     ``count``: the number of initial states that satisfy the threshold (a value, no truth); ``forall``/``exists``:
@@ -350,18 +382,27 @@ def _truth_filter(op: str, threshold: tuple[str, Fraction], g: dict[str, Any],
     """
     holds = [decide([v], threshold) for v in (g["rationals"] if exact else g["values"].tolist())]
     lo, hi = g["lo_hi"]
-    settled = None if exact or lo is None else [decide([a], threshold) == decide([b], threshold)
-                                                   for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    settled = (
+        None
+        if exact or lo is None
+        else [decide([a], threshold) == decide([b], threshold) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    )
     if op == "count":
         return float(sum(holds)), None, None
     if op == "forall":
         truth = all(holds)
-        decided = None if settled is None else (all(settled) if truth else any(
-            s and not h for s, h in zip(settled, holds, strict=True)))
+        decided = (
+            None
+            if settled is None
+            else (all(settled) if truth else any(s and not h for s, h in zip(settled, holds, strict=True)))
+        )
     else:
         truth = any(holds)
-        decided = None if settled is None else (any(s and h for s, h in zip(settled, holds, strict=True))
-                                                if truth else all(settled))
+        decided = (
+            None
+            if settled is None
+            else (any(s and h for s, h in zip(settled, holds, strict=True)) if truth else all(settled))
+        )
     return None, truth, True if exact else decided
 
 
@@ -383,8 +424,9 @@ def _decided(bounds: Any, threshold: tuple[str, Fraction]) -> bool | None:
     return decide([bounds[0]], threshold) == decide([bounds[1]], threshold)
 
 
-def check_values(storm_model: Any, spec: PropertySpec, kind: str,
-                 initial: np.ndarray) -> tuple[float | dict[str, float], dict[str, np.ndarray]]:
+def check_values(
+    storm_model: Any, spec: PropertySpec, kind: str, initial: np.ndarray
+) -> tuple[float | dict[str, float], dict[str, np.ndarray]]:
     """:func:`check`'s result and the value in every state, from the same solver run(s).
 
     The vectors: ``{"value": [N]}`` for a DTMC or a query with ``min``/``max``, else ``{"value_min": [N],

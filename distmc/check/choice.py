@@ -16,8 +16,13 @@ from distmc.check.result import TRUTH_FILTERS
 from distmc.errors import PropertyError, ResourceLimitError
 from distmc.explore.limits import Limits, available_bytes, rss_bytes
 
-__all__ = ["GATHER_BYTES_PER_TRANSITION", "STORM_BYTES_PER_TRANSITION", "choose_checker", "choose_ray_checker",
-           "distributed_why"]
+__all__ = [
+    "GATHER_BYTES_PER_TRANSITION",
+    "STORM_BYTES_PER_TRANSITION",
+    "choose_checker",
+    "choose_ray_checker",
+    "distributed_why",
+]
 
 log = logging.getLogger("distmc.api")
 
@@ -43,8 +48,9 @@ def distributed_why(spec: PropertySpec, kind: str) -> str | None:
     return unsupported(spec, kind)
 
 
-def choose_ray_checker(checker: str, limits: Limits, transitions: int, specs: list[PropertySpec], kind: str,
-                       workers: int, worker_rss: int) -> str:
+def choose_ray_checker(
+    checker: str, limits: Limits, transitions: int, specs: list[PropertySpec], kind: str, workers: int, worker_rss: int
+) -> str:
     """``storm`` (gather the rows into this process) or ``distributed`` for a Ray run with the rows on the actors.
 
     ``auto``: Storm when gathering the rows and Storm's import and check fit in this process (under
@@ -62,14 +68,19 @@ def choose_ray_checker(checker: str, limits: Limits, transitions: int, specs: li
     budget = limits.max_memory - worker_rss if limits.max_memory is not None else rss + available_bytes()
     if need <= budget or why is not None:
         return "storm"
-    log.warning("gathering the rows and Storm's check would need about %.1f GiB in this process for %d transitions "
-                "(%.1f GiB available): checking on the workers (distributed)", need / 2**30, transitions,
-                budget / 2**30)
+    log.warning(
+        "gathering the rows and Storm's check would need about %.1f GiB in this process for %d transitions "
+        "(%.1f GiB available): checking on the workers (distributed)",
+        need / 2**30,
+        transitions,
+        budget / 2**30,
+    )
     return "distributed"
 
 
-def choose_checker(checker: str, limits: Limits, induced: InducedModel, spec: PropertySpec, depth: int,
-                    release: bool) -> str:
+def choose_checker(
+    checker: str, limits: Limits, induced: InducedModel, spec: PropertySpec, depth: int, release: bool
+) -> str:
     """``storm`` or ``native`` for ``--checker auto|storm|native``; stop rather than be killed for memory.
 
     ``auto`` keeps Storm unless its import and check would not fit (the memory under ``--max-memory``, else
@@ -89,12 +100,21 @@ def choose_checker(checker: str, limits: Limits, induced: InducedModel, spec: Pr
         return "storm"
     why = unsupported(spec, induced.kind)
     if checker == "auto" and why is None:
-        log.warning("Storm would need about %.1f GiB for %d transitions (%.1f GiB available): checking with "
-                    "distmc's native checker", need / 2**30, induced.n_transitions, budget / 2**30)
+        log.warning(
+            "Storm would need about %.1f GiB for %d transitions (%.1f GiB available): checking with "
+            "distmc's native checker",
+            need / 2**30,
+            induced.n_transitions,
+            budget / 2**30,
+        )
         return "native"
     if limits.max_memory is None:
-        log.warning("Storm may need about %.1f GiB, more than the %.1f GiB available%s", need / 2**30,
-                    budget / 2**30, "" if checker == "storm" else f" (the native checker cannot help: {why})")
+        log.warning(
+            "Storm may need about %.1f GiB, more than the %.1f GiB available%s",
+            need / 2**30,
+            budget / 2**30,
+            "" if checker == "storm" else f" (the native checker cannot help: {why})",
+        )
         return "storm"
     raise ResourceLimitError(
         f"the induced model ({induced.n_states} states, {induced.n_transitions} transitions) is explored, but "

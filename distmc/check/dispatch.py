@@ -35,12 +35,21 @@ from distmc.errors import (
 )
 from distmc.model.packing import StateCodec
 
-__all__ = ["EXACT_TIMEOUT_S", "SLOW_NOTE", "check_native_result", "check_properties", "single_property_states",
-           "slow_chain_sentence", "vector_result"]
+__all__ = [
+    "EXACT_TIMEOUT_S",
+    "SLOW_NOTE",
+    "check_native_result",
+    "check_properties",
+    "single_property_states",
+    "slow_chain_sentence",
+    "vector_result",
+]
 
 #: The report's line under a value that the exact engine gave because value iteration converged too slowly.
-SLOW_NOTE = ("value iteration converges too slowly on this model ({why}): answered by Storm's exact engine on the "
-             "rationals of the induced floats")
+SLOW_NOTE = (
+    "value iteration converges too slowly on this model ({why}): answered by Storm's exact engine on the "
+    "rationals of the induced floats"
+)
 
 #: Seconds the exact engine may take (all properties together) unless ``--timeout`` leaves less. Its time depends
 #: on the digits of the rationals, not only on the model's size: the induced floats of a policy network have 53-bit
@@ -49,8 +58,9 @@ SLOW_NOTE = ("value iteration converges too slowly on this model ({why}): answer
 EXACT_TIMEOUT_S = 120.0
 
 
-def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Precision,
-                        progress: Callable[[str], None] | None = None) -> CheckResult:
+def check_native_result(
+    induced: InducedModel, spec: PropertySpec, precision: Precision, progress: Callable[[str], None] | None = None
+) -> CheckResult:
     """The native checker's answer as a :class:`CheckResult`.
 
     The bounds of an unbounded property are the sound iteration's own lower and upper bounds at the initial
@@ -66,14 +76,16 @@ def check_native_result(induced: InducedModel, spec: PropertySpec, precision: Pr
         model = dataclasses.replace(induced, rewards={name: induced.rewards[name]})
     init = induced.initial
     if init.shape[0] > 1 and spec.filter in ("avg", "sum", "first", "count"):
-        raise PropertyError(f"the native checker answers filter({spec.filter}, ...) over one initial state only: "
-                            f"use --checker storm")
+        raise PropertyError(
+            f"the native checker answers filter({spec.filter}, ...) over one initial state only: use --checker storm"
+        )
     value, lower, upper = native_values(model, spec, precision, progress=progress)
     return vector_result(spec, value[init], lower[init], upper[init], "native")
 
 
-def vector_result(spec: PropertySpec, value: np.ndarray, lower: np.ndarray, upper: np.ndarray,
-                  checker: str) -> CheckResult:
+def vector_result(
+    spec: PropertySpec, value: np.ndarray, lower: np.ndarray, upper: np.ndarray, checker: str
+) -> CheckResult:
     """A native or distributed check's :class:`CheckResult` from its vectors at the initial states ``[I]``.
 
     Value, bounds (``lower``/``upper``, widened for rounding; a step-bounded property's those of its steps'
@@ -96,20 +108,28 @@ def vector_result(spec: PropertySpec, value: np.ndarray, lower: np.ndarray, uppe
         each = [decide([v], spec.threshold) for v in value.tolist()]
         truth = any(each) if spec.filter == "exists" else all(each)
         if lo is not None and hi is not None:
-            decided = all(decide([a], spec.threshold) == decide([b], spec.threshold) == t
-                          for a, b, t in zip(lo.tolist(), hi.tolist(), each, strict=True))
+            decided = all(
+                decide([a], spec.threshold) == decide([b], spec.threshold) == t
+                for a, b, t in zip(lo.tolist(), hi.tolist(), each, strict=True)
+            )
         if spec.filter == "count":
             return CheckResult(value=float(sum(each)), method=spec.solution, checker=checker)
-    return CheckResult(value=result, bounds=bounds, truth=truth, decided=decided, method=spec.solution,
-                       checker=checker)
+    return CheckResult(value=result, bounds=bounds, truth=truth, decided=decided, method=spec.solution, checker=checker)
+
+
 def slow_chain_sentence(why: str, transitions: int, exact_possible: bool) -> str:
     """The sentence a run stops with when value iteration converges too slowly (see :func:`check_properties`)."""
     if transitions <= EXACT_MAX_TRANSITIONS:
-        todo = ("check it with --exact (Storm's exact engine, no iteration)" if exact_possible else
-                "check it with --checker storm --exact (Storm's exact engine, no iteration)")
+        todo = (
+            "check it with --exact (Storm's exact engine, no iteration)"
+            if exact_possible
+            else "check it with --checker storm --exact (Storm's exact engine, no iteration)"
+        )
     else:
-        todo = (f"the model is too large for --exact ({transitions:,} transitions, at most "
-                f"{EXACT_MAX_TRANSITIONS:,}): check a smaller instance with --exact, or ask a coarser precision")
+        todo = (
+            f"the model is too large for --exact ({transitions:,} transitions, at most "
+            f"{EXACT_MAX_TRANSITIONS:,}): check a smaller instance with --exact, or ask a coarser precision"
+        )
     return f"{why}; {todo}"
 
 
@@ -156,10 +176,16 @@ def _forked(fn: Callable[[], Any], timeout_s: float, partial: dict[str, Any]) ->
     return value
 
 
-def check_properties(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
-                     storm_model: Callable[[], Any], exact_timeout_s: float = EXACT_TIMEOUT_S,
-                     progress: Callable[[str], None] | None = None,
-                     codec: StateCodec | None = None) -> list[CheckResult]:
+def check_properties(
+    props: PropertySet,
+    induced: InducedModel,
+    checkers: list[str],
+    precision: Precision,
+    storm_model: Callable[[], Any],
+    exact_timeout_s: float = EXACT_TIMEOUT_S,
+    progress: Callable[[str], None] | None = None,
+    codec: StateCodec | None = None,
+) -> list[CheckResult]:
     """Check each property of ``props`` with its checker (``checkers[i]``: ``storm`` or ``native``).
 
     ``storm_model`` builds (once, on first use) Storm's model of ``induced``: it may release ``induced``'s
@@ -173,14 +199,22 @@ def check_properties(props: PropertySet, induced: InducedModel, checkers: list[s
     """
     if precision.exact:
         partial = {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0}
-        return _forked(lambda: _check_all(props, induced, checkers, precision, storm_model, codec=codec),
-                       exact_timeout_s, partial)
+        return _forked(
+            lambda: _check_all(props, induced, checkers, precision, storm_model, codec=codec), exact_timeout_s, partial
+        )
     return _check_all(props, induced, checkers, precision, storm_model, progress, codec, exact_timeout_s)
 
 
-def _check_all(props: PropertySet, induced: InducedModel, checkers: list[str], precision: Precision,
-               storm_model: Callable[[], Any], progress: Callable[[str], None] | None = None,
-               codec: StateCodec | None = None, exact_timeout_s: float = EXACT_TIMEOUT_S) -> list[CheckResult]:
+def _check_all(
+    props: PropertySet,
+    induced: InducedModel,
+    checkers: list[str],
+    precision: Precision,
+    storm_model: Callable[[], Any],
+    progress: Callable[[str], None] | None = None,
+    codec: StateCodec | None = None,
+    exact_timeout_s: float = EXACT_TIMEOUT_S,
+) -> list[CheckResult]:
     out: list[CheckResult | None] = [None] * len(props.specs)
     # reward-bounded formulas may need a copy of the transitions: before Storm's hand-off may release them
     copied = [checkers[i] != "native" and s.bound_rewards and codec is not None for i, s in enumerate(props.specs)]
@@ -235,13 +269,15 @@ def _exact_instead(induced: InducedModel, spec: PropertySpec, why: str, timeout_
     exact = Precision(exact=True)
     partial = {"states": induced.n_states, "transitions": induced.n_transitions, "frontier": 0}
     try:
-        res = _forked(lambda: check(to_storm(induced, exact=True), spec, induced.kind, induced.initial, exact),
-                      timeout_s, partial)
+        res = _forked(
+            lambda: check(to_storm(induced, exact=True), spec, induced.kind, induced.initial, exact), timeout_s, partial
+        )
     except ResourceLimitError:
         raise SlowConvergenceError(
             f"{why}; Storm's exact engine, tried instead, did not finish within {timeout_s:.0f} s either (the "
             "rationals of the induced floats can have thousands of digits): ask a coarser precision "
-            "(--precision-abs) or check a smaller instance") from None
+            "(--precision-abs) or check a smaller instance"
+        ) from None
     reason = why.split(": ", 1)[-1]
     return dataclasses.replace(res, note=SLOW_NOTE.format(why=reason))
 

@@ -19,8 +19,16 @@ import stormpy.logic as sl
 from distmc.check.properties import PropertySpec
 from distmc.errors import PropertyError
 
-__all__ = ["Labelled", "Recurrence", "path_of", "reachability", "rewards_of", "states_of", "step_recurrence",
-           "unsupported"]
+__all__ = [
+    "Labelled",
+    "Recurrence",
+    "path_of",
+    "reachability",
+    "rewards_of",
+    "states_of",
+    "step_recurrence",
+    "unsupported",
+]
 
 _STEP_BOUND = re.compile(r"U(<=|<)")
 
@@ -177,6 +185,8 @@ def step_recurrence(spec: PropertySpec, m: Labelled) -> Recurrence | None:
     if kind == "C":  # reward collected in the first k steps
         return Recurrence(zero, total, every, total, int(bound))
     if given is None:
-        raise PropertyError(f"'{spec.text}': the reward structure has no state rewards (as Storm refuses it: "
-                            "the instantaneous reward would be 0 everywhere)")
+        raise PropertyError(
+            f"'{spec.text}': the reward structure has no state rewards (as Storm refuses it: "
+            "the instantaneous reward would be 0 everywhere)"
+        )
     return Recurrence(state, zero, every, state, int(bound))  # I=k: the state reward at step k

@@ -18,14 +18,55 @@ from distmc.errors import PropertyError
 from distmc.model.expr import CompiledExpr
 from distmc.model.program import Model, split_top
 
-__all__ = ["COMPARISON", "EXPOSED", "OPERATORS", "atom_of", "bounded_globally", "children", "has_opaque_combination",
-           "lower_step_bound", "names_of", "opaque_atoms", "parse_all", "parse_one", "solution_of", "stop_of",
-           "terminal_of"]
+__all__ = [
+    "COMPARISON",
+    "EXPOSED",
+    "OPERATORS",
+    "atom_of",
+    "bounded_globally",
+    "children",
+    "has_opaque_combination",
+    "lower_step_bound",
+    "names_of",
+    "opaque_atoms",
+    "parse_all",
+    "parse_one",
+    "solution_of",
+    "stop_of",
+    "terminal_of",
+]
 
 
 #: Words of the property language itself (PCTL operators, functions, literals).
-_KEYWORDS = {"P", "R", "S", "F", "G", "U", "W", "X", "C", "I", "LRA", "min", "max", "Pmin", "Pmax", "Rmin", "Rmax",
-             "true", "false", "floor", "ceil", "pow", "mod", "log", "multi", "filter", "T"}
+_KEYWORDS = {
+    "P",
+    "R",
+    "S",
+    "F",
+    "G",
+    "U",
+    "W",
+    "X",
+    "C",
+    "I",
+    "LRA",
+    "min",
+    "max",
+    "Pmin",
+    "Pmax",
+    "Rmin",
+    "Rmax",
+    "true",
+    "false",
+    "floor",
+    "ceil",
+    "pow",
+    "mod",
+    "log",
+    "multi",
+    "filter",
+    "T",
+}
 
 
 _GLOBALLY = re.compile(r"(?<![\w\"])G\s*(<=|<|>=|>|\[)")
@@ -70,8 +111,11 @@ def bounded_globally(text: str) -> str:
             new = f"({phi}) U[{bound}, {bound}] true"
         elif op == "[":
             lo, _, hi = bound.partition(",")
-            new = (f"({phi}) U[({hi.strip()})+1, ({hi.strip()})+1] true" if lo.strip() == "0"
-                   else f"!(F[{bound}] {_negate(phi)})")
+            new = (
+                f"({phi}) U[({hi.strip()})+1, ({hi.strip()})+1] true"
+                if lo.strip() == "0"
+                else f"!(F[{bound}] {_negate(phi)})"
+            )
         else:
             new = f"!(F{op}{bound} {_negate(phi)})"
         text = text[: m.start()] + new + text[end:]
@@ -88,8 +132,11 @@ def _negate(phi: str) -> str:
 
 def names_of(model: Model) -> set[str]:
     """The identifiers a property may use: variables, constants and PRISM formulas."""
-    return ({v.name for v in model.variables} | {c.name for c in model.program.constants}
-            | {v.name for v in model.program.expression_manager.get_variables()})
+    return (
+        {v.name for v in model.variables}
+        | {c.name for c in model.program.constants}
+        | {v.name for v in model.program.expression_manager.get_variables()}
+    )
 
 
 def _unknown_names(text: str, model: Model) -> list[str]:
@@ -136,12 +183,25 @@ def atom_of(f: Any, model: Model) -> tuple[str, CompiledExpr] | None:
 
 #: Formula classes stormpy exposes with their operands; a formula of another class (``X``, an LTL path formula,
 #: total rewards ``C``) is opaque: its atoms are found in its text (:func:`opaque_atoms`).
-EXPOSED = (sl.ProbabilityOperatorFormula, sl.RewardOperatorFormula, sl.LongRunAverageOperatorFormula,
-            sl.TimeOperatorFormula, sl.EventuallyFormula, sl.GloballyFormula, sl.UntilFormula,
-            sl.BoundedUntilFormula, sl.UnaryBooleanStateFormula, sl.BinaryBooleanStateFormula,
-            sl.AtomicExpressionFormula, sl.AtomicLabelFormula, sl.BooleanLiteralFormula,
-            sl.CumulativeRewardFormula, sl.InstantaneousRewardFormula, sl.LongRunAverageRewardFormula,
-            sl.ConditionalFormula)
+EXPOSED = (
+    sl.ProbabilityOperatorFormula,
+    sl.RewardOperatorFormula,
+    sl.LongRunAverageOperatorFormula,
+    sl.TimeOperatorFormula,
+    sl.EventuallyFormula,
+    sl.GloballyFormula,
+    sl.UntilFormula,
+    sl.BoundedUntilFormula,
+    sl.UnaryBooleanStateFormula,
+    sl.BinaryBooleanStateFormula,
+    sl.AtomicExpressionFormula,
+    sl.AtomicLabelFormula,
+    sl.BooleanLiteralFormula,
+    sl.CumulativeRewardFormula,
+    sl.InstantaneousRewardFormula,
+    sl.LongRunAverageRewardFormula,
+    sl.ConditionalFormula,
+)
 
 
 def children(f: Any) -> list[Any]:
@@ -193,8 +253,12 @@ def opaque_atoms(f: Any, model: Model) -> dict[str, CompiledExpr]:
 COMPARISON = {"GEQ": ">=", "GREATER": ">", "LEQ": "<=", "LESS": "<"}
 
 
-OPERATORS = ((sl.ProbabilityOperatorFormula, "P"), (sl.RewardOperatorFormula, "R"),
-              (sl.LongRunAverageOperatorFormula, "LRA"), (sl.TimeOperatorFormula, "T"))
+OPERATORS = (
+    (sl.ProbabilityOperatorFormula, "P"),
+    (sl.RewardOperatorFormula, "R"),
+    (sl.LongRunAverageOperatorFormula, "LRA"),
+    (sl.TimeOperatorFormula, "T"),
+)
 
 
 def lower_step_bound(f: Any) -> bool:

@@ -33,8 +33,17 @@ import numpy as np
 
 from distmc.check.kernels import ChunkedCSR
 
-__all__ = ["PARALLEL_BLOCK", "Blocks", "bounds_into", "gamma", "level_blocks", "level_round", "levels", "row_gamma",
-           "svi_stats"]
+__all__ = [
+    "PARALLEL_BLOCK",
+    "Blocks",
+    "bounds_into",
+    "gamma",
+    "level_blocks",
+    "level_round",
+    "levels",
+    "row_gamma",
+    "svi_stats",
+]
 
 #: Blocks with at least this many rows are shared by the threads (a smaller one costs more to hand out than to
 #: compute: 0.27 s a pass on delivery 48/480 with every level parallel, 0.10 s with none).
@@ -66,8 +75,9 @@ def _row3(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, hi, w,
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _update(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, w, active, order, i, i0, tmp,
-            g):  # pragma: no cover - compiled
+def _update(
+    row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, w, active, order, i, i0, tmp, g
+):  # pragma: no cover - compiled
     # row order[i]'s new values into tmp[:, i - i0]
     r = order[i]
     if active[r]:
@@ -78,19 +88,38 @@ def _update(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add,
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _sweep3_blocks(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, w, active, order, i0, i1,
-                   tmp, g, parallel_block):  # pragma: no cover - compiled
+def _sweep3_blocks(
+    row_offsets,
+    first_row,
+    chunk_base,
+    t_list,
+    p_list,
+    i_list,
+    lo,
+    add,
+    hi,
+    w,
+    active,
+    order,
+    i0,
+    i1,
+    tmp,
+    g,
+    parallel_block,
+):  # pragma: no cover - compiled
     # One level: the rows order[i0:i1] from the values as they are, written once all are computed
     # (lo <- add + P lo, hi <- P hi on the active rows, and w <- g (|add| + P |lo| + P hi) + P w, the bound on the
     # rounding error of both; the other rows keep their values).
     if i1 - i0 >= parallel_block:
         for i in nb.prange(i0, i1):
-            _update(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, w, active, order, i, i0,
-                    tmp, g)
+            _update(
+                row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, w, active, order, i, i0, tmp, g
+            )
     else:
         for i in range(i0, i1):
-            _update(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, w, active, order, i, i0,
-                    tmp, g)
+            _update(
+                row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, w, active, order, i, i0, tmp, g
+            )
     for i in range(i0, i1):
         r = order[i]
         if active[r]:
@@ -100,11 +129,44 @@ def _sweep3_blocks(row_offsets, first_row, chunk_base, t_list, p_list, i_list, l
 
 
 @nb.njit(cache=True, nogil=True)
-def _all_blocks(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, w, active, order, block_off,
-                tmp, g, parallel_block):  # pragma: no cover - compiled
+def _all_blocks(
+    row_offsets,
+    first_row,
+    chunk_base,
+    t_list,
+    p_list,
+    i_list,
+    lo,
+    add,
+    hi,
+    w,
+    active,
+    order,
+    block_off,
+    tmp,
+    g,
+    parallel_block,
+):  # pragma: no cover - compiled
     for k in range(block_off.shape[0] - 2, -1, -1):
-        _sweep3_blocks(row_offsets, first_row, chunk_base, t_list, p_list, i_list, lo, add, hi, w, active, order,
-                       block_off[k], block_off[k + 1], tmp, g, parallel_block)
+        _sweep3_blocks(
+            row_offsets,
+            first_row,
+            chunk_base,
+            t_list,
+            p_list,
+            i_list,
+            lo,
+            add,
+            hi,
+            w,
+            active,
+            order,
+            block_off[k],
+            block_off[k + 1],
+            tmp,
+            g,
+            parallel_block,
+        )
 
 
 class Blocks:
@@ -123,15 +185,36 @@ class Blocks:
     def count(self) -> int:
         return int(self.block_off.shape[0] - 1)
 
-    def sweep(self, a: ChunkedCSR, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray,
-              active: np.ndarray, g: float, k: int | None = None) -> None:
+    def sweep(
+        self,
+        a: ChunkedCSR,
+        lo: np.ndarray,
+        add: np.ndarray,
+        hi: np.ndarray,
+        w: np.ndarray,
+        active: np.ndarray,
+        g: float,
+        k: int | None = None,
+    ) -> None:
         """Update level ``k`` in place (None: every level, the deepest first, in one compiled call).
 
         ``lo <- add + P lo``, ``hi <- P hi`` on the active rows, and ``w``, a bound on the rounding error of both,
         ``<- g (|add| + P |lo| + P hi) + P w`` (``g``: :func:`row_gamma`).
         """
-        args = (a.row_offsets, a.first_row, a.chunk_base, a.t_list, a.p_list, a.i_list, lo, add, hi, w, active,
-                self.order)
+        args = (
+            a.row_offsets,
+            a.first_row,
+            a.chunk_base,
+            a.t_list,
+            a.p_list,
+            a.i_list,
+            lo,
+            add,
+            hi,
+            w,
+            active,
+            self.order,
+        )
         if k is None:
             _all_blocks(*args, self.block_off, self.tmp, g, PARALLEL_BLOCK)
         else:
@@ -160,8 +243,9 @@ def _levels(row_offsets, first_row, chunk_base, t_list, frontier, level, depth):
 
 def level_round(a: ChunkedCSR, frontier: np.ndarray, level: np.ndarray, depth: int) -> np.ndarray:
     """One breadth-first round from the rows ``frontier``: the own rows it reaches first, given ``depth``."""
-    return _levels(a.row_offsets, a.first_row, a.chunk_base, a.t_list, frontier.astype(np.int64, copy=False), level,
-                   depth)
+    return _levels(
+        a.row_offsets, a.first_row, a.chunk_base, a.t_list, frontier.astype(np.int64, copy=False), level, depth
+    )
 
 
 def levels(a: ChunkedCSR, start: np.ndarray) -> np.ndarray:

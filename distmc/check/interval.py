@@ -94,16 +94,18 @@ def _robust(offsets, targets, lo, hi, x, add, active, fixed, out, maximize):  # 
         out[r] = add[r] + acc
 
 
-def robust_step(c: IntervalChain, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray,
-                maximize: bool) -> np.ndarray:
+def robust_step(
+    c: IntervalChain, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, maximize: bool
+) -> np.ndarray:
     """``add + min (or max) over the boxes of P x`` on the active states, ``fixed`` elsewhere: ``[N]``."""
     out = np.empty_like(x)
     _robust(c.row_offsets, c.targets, c.lo, c.hi, x, add, active, fixed, out, maximize)
     return out
 
 
-def _steps(c: IntervalChain, x0: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, k: int,
-           maximize: bool) -> np.ndarray:
+def _steps(
+    c: IntervalChain, x0: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, k: int, maximize: bool
+) -> np.ndarray:
     x = x0.astype(np.float64)
     for _ in range(k):
         x = robust_step(c, x, add, active, fixed, maximize)
@@ -119,12 +121,15 @@ def _graph(c: IntervalChain, phi1: np.ndarray, phi2: np.ndarray) -> tuple[np.nda
 
 
 def _slow(spec: PropertySpec, gap: float) -> SlowConvergenceError:
-    return SlowConvergenceError(f"'{spec.text}': the region's bounds did not close within {MAX_ITERATIONS} robust "
-                                f"iterations (gap {gap:.3g}); narrow the region or loosen --precision-abs")
+    return SlowConvergenceError(
+        f"'{spec.text}': the region's bounds did not close within {MAX_ITERATIONS} robust "
+        f"iterations (gap {gap:.3g}); narrow the region or loosen --precision-abs"
+    )
 
 
-def interval_bounds(c: IntervalChain, spec: PropertySpec, eps: float = 1e-9,
-                    max_iterations: int = MAX_ITERATIONS) -> tuple[np.ndarray, np.ndarray]:
+def interval_bounds(
+    c: IntervalChain, spec: PropertySpec, eps: float = 1e-9, max_iterations: int = MAX_ITERATIONS
+) -> tuple[np.ndarray, np.ndarray]:
     """Sound (lower ``[N]``, upper ``[N]``) of ``spec`` over every distribution in the chain's boxes.
 
     ``eps``: the unbounded forms stop when the bounds at the initial states are within ``eps`` of their fixpoints
@@ -137,8 +142,10 @@ def interval_bounds(c: IntervalChain, spec: PropertySpec, eps: float = 1e-9,
     n = c.n_states
     rec = step_recurrence(spec, c)
     if rec is not None:
-        return (_steps(c, rec.x0, rec.add, rec.active, rec.fixed, rec.k, False),
-                _steps(c, rec.x0, rec.add, rec.active, rec.fixed, rec.k, True))
+        return (
+            _steps(c, rec.x0, rec.add, rec.active, rec.fixed, rec.k, False),
+            _steps(c, rec.x0, rec.add, rec.active, rec.fixed, rec.k, True),
+        )
     sub = spec.formula.subformula
     if spec.is_reward:
         if type(sub).__name__ != "EventuallyFormula":
@@ -170,8 +177,16 @@ def interval_bounds(c: IntervalChain, spec: PropertySpec, eps: float = 1e-9,
     raise _slow(spec, float(np.max(y[c.initial] - x[c.initial])))
 
 
-def _fixpoint(c: IntervalChain, x: np.ndarray, add: np.ndarray, active: np.ndarray, eps: float, max_iterations: int,
-              maximize: bool, spec: PropertySpec) -> np.ndarray:
+def _fixpoint(
+    c: IntervalChain,
+    x: np.ndarray,
+    add: np.ndarray,
+    active: np.ndarray,
+    eps: float,
+    max_iterations: int,
+    maximize: bool,
+    spec: PropertySpec,
+) -> np.ndarray:
     """Iterate from ``x`` (below the fixpoint) until a step changes no value by more than ``eps`` (relative)."""
     for _ in range(max_iterations):
         y = robust_step(c, x, add, active, x, maximize)
@@ -181,8 +196,9 @@ def _fixpoint(c: IntervalChain, x: np.ndarray, add: np.ndarray, active: np.ndarr
     raise _slow(spec, float(np.max(np.abs(y - x))))
 
 
-def _optimistic(c: IntervalChain, add: np.ndarray, active: np.ndarray, eps: float, max_iterations: int,
-                spec: PropertySpec) -> np.ndarray:
+def _optimistic(
+    c: IntervalChain, add: np.ndarray, active: np.ndarray, eps: float, max_iterations: int, spec: PropertySpec
+) -> np.ndarray:
     """An upper bound of the maximal expected reward, verified by one robust step (optimistic value iteration)."""
     x = np.zeros(add.shape[0])
     tol = eps

@@ -19,8 +19,15 @@ from collections.abc import Sequence
 import numba as nb
 import numpy as np
 
-__all__ = ["COMPACT_LIMIT", "ChunkedCSR", "Compact", "compact_probabilities", "expand_probabilities", "prob_nbytes",
-           "reach_back_from"]
+__all__ = [
+    "COMPACT_LIMIT",
+    "ChunkedCSR",
+    "Compact",
+    "compact_probabilities",
+    "expand_probabilities",
+    "prob_nbytes",
+    "reach_back_from",
+]
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
@@ -162,8 +169,9 @@ def _reach_back_from(in_off, sources, seen, through, seeds, newly):  # pragma: n
     return count
 
 
-def reach_back_from(in_off: np.ndarray, sources: np.ndarray, seen: np.ndarray, through: np.ndarray,
-                    seeds: np.ndarray) -> np.ndarray:
+def reach_back_from(
+    in_off: np.ndarray, sources: np.ndarray, seen: np.ndarray, through: np.ndarray, seeds: np.ndarray
+) -> np.ndarray:
     """Mark (in ``seen``, ``[C]`` bool) every row that reaches a seed column through ``through`` rows.
 
     ``in_off`` ``[C + 1]`` and ``sources`` are the reversed branches (:meth:`ChunkedCSR.transpose`); ``through``
@@ -186,8 +194,13 @@ class ChunkedCSR:
         n_cols: ``C``, the length of the vectors the rows are multiplied with (columns ``0..C-1``; ``C >= R``).
     """
 
-    def __init__(self, row_offsets: np.ndarray, target_chunks: Sequence[np.ndarray],
-                 prob_chunks: Sequence[Compact | np.ndarray], n_cols: int) -> None:
+    def __init__(
+        self,
+        row_offsets: np.ndarray,
+        target_chunks: Sequence[np.ndarray],
+        prob_chunks: Sequence[Compact | np.ndarray],
+        n_cols: int,
+    ) -> None:
         self.row_offsets = row_offsets
         self.t_list, self.p_list, self.i_list = nb.typed.List(), nb.typed.List(), nb.typed.List()
         n_chunks = len(target_chunks)
@@ -232,8 +245,19 @@ class ChunkedCSR:
 
     def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
         """``out[r] = add[r] + P[r] . x`` on the active rows, ``fixed[r]`` on the others (``x`` is ``[C]``)."""
-        _sweep(self.row_offsets, self.first_row, self.chunk_base, self.t_list, self.p_list, self.i_list, x, add, active,
-               fixed, out)
+        _sweep(
+            self.row_offsets,
+            self.first_row,
+            self.chunk_base,
+            self.t_list,
+            self.p_list,
+            self.i_list,
+            x,
+            add,
+            active,
+            fixed,
+            out,
+        )
 
     def transpose(self) -> tuple[np.ndarray, np.ndarray]:
         """Predecessor lists: ``sources[in_off[c]:in_off[c + 1]]`` are the rows with a branch to column ``c``.

@@ -37,8 +37,7 @@ class Peers(Protocol):
         """The pieces of this step from the owners marked True (None for the others), then the next step."""
         ...
 
-    def allmax(self, values: np.ndarray) -> np.ndarray:
-        ...
+    def allmax(self, values: np.ndarray) -> np.ndarray: ...
 
 
 class LevelExchange:
@@ -53,8 +52,15 @@ class LevelExchange:
         rank: this worker.
     """
 
-    def __init__(self, engine: Peers, matrix: ChunkedCSR, initial: np.ndarray, send: list[np.ndarray],
-                 recv_off: np.ndarray, rank: int) -> None:
+    def __init__(
+        self,
+        engine: Peers,
+        matrix: ChunkedCSR,
+        initial: np.ndarray,
+        send: list[np.ndarray],
+        recv_off: np.ndarray,
+        rank: int,
+    ) -> None:
         self.e, self.a, self.rank = engine, matrix, rank
         self.send, self.recv_off = send, recv_off
         self.workers = len(send)
@@ -105,8 +111,9 @@ class LevelExchange:
             self.inp.append((cols.astype(np.int64), np.searchsorted(clv[order], levels)))
         self.depth = depth
 
-    def sweep(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray,
-              g: float, clock: Any) -> None:
+    def sweep(
+        self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray, g: float, clock: Any
+    ) -> None:
         """One pass over the levels from the deepest, each followed by its exchange (``clock(compute_s)``)."""
         import time
 
@@ -121,7 +128,7 @@ class LevelExchange:
             pieces: list[Any] = [None] * self.workers
             for p, (slots, off) in enumerate(self.out):
                 if p != rank and off[k + 1] > off[k]:
-                    s = slots[off[k]: off[k + 1]]
+                    s = slots[off[k] : off[k + 1]]
                     pieces[p] = np.stack([v[s] for v in vecs])
             self.e.send_to("L", pieces)
             want = [p != rank and self.inp[p][1][k + 1] > self.inp[p][1][k] for p in range(self.workers)]
@@ -129,6 +136,6 @@ class LevelExchange:
             for o, piece in enumerate(got):
                 if piece is not None:
                     cols, off = self.inp[o]
-                    c = cols[off[k]: off[k + 1]]
+                    c = cols[off[k] : off[k + 1]]
                     for v, values in zip(vecs, piece, strict=True):
                         v[c] = values

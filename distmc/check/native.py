@@ -67,14 +67,28 @@ from distmc.errors import PropertyError
 ORDERS = ("components", "levels")
 
 __all__ = [
-    "ORDERS", "Engine", "LocalEngine", "Stop", "at_initial", "check_native", "matrix_of", "native_values", "values_of",
+    "ORDERS",
+    "Engine",
+    "LocalEngine",
+    "Stop",
+    "at_initial",
+    "check_native",
+    "matrix_of",
+    "native_values",
+    "values_of",
 ]
+
 
 class LocalEngine:
     """The native checker's engine: the whole matrix in this process, nothing to exchange."""
 
-    def __init__(self, matrix: ChunkedCSR, progress: Callable[[str], None] | None = None,
-                 initial: np.ndarray | None = None, order: str = "components") -> None:
+    def __init__(
+        self,
+        matrix: ChunkedCSR,
+        progress: Callable[[str], None] | None = None,
+        initial: np.ndarray | None = None,
+        order: str = "components",
+    ) -> None:
         self.a = matrix
         self.n = matrix.n
         self.workers = 1
@@ -96,8 +110,9 @@ class LocalEngine:
     def sweep(self, x: np.ndarray, add: np.ndarray, active: np.ndarray, fixed: np.ndarray, out: np.ndarray) -> None:
         self.a.sweep(x, add, active, fixed, out)
 
-    def sweep3(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray,
-               g: float) -> None:
+    def sweep3(
+        self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray, g: float
+    ) -> None:
         if self.order == "components":
             if self._components is None or not np.array_equal(self._components[0], active):
                 self._components = (active.copy(), components(self.a, active, self._levels()))
@@ -185,8 +200,13 @@ def _step_bounds(e: Engine, rec: Recurrence, x: np.ndarray) -> Values:
     return x, np.nextafter(x * (1.0 - rel), -np.inf), np.nextafter(x * (1.0 + rel), np.inf)
 
 
-def values_of(e: Engine, m: Labelled, spec: PropertySpec, precision: Precision | float | None = None,
-              max_iterations: int = MAX_ITERATIONS) -> Values:
+def values_of(
+    e: Engine,
+    m: Labelled,
+    spec: PropertySpec,
+    precision: Precision | float | None = None,
+    max_iterations: int = MAX_ITERATIONS,
+) -> Values:
     """The property's value at each of the ``n`` states, with lower and upper bounds (equal where exact).
 
     Bounded properties are a fixed number of steps, exact up to floating point (``lower == upper == value``);
@@ -237,9 +257,14 @@ def at_initial(values: np.ndarray, initial: np.ndarray) -> float | dict[str, flo
     return float(vals[0]) if vals.shape[0] == 1 else {"min": float(vals.min()), "max": float(vals.max())}
 
 
-def check_native(m: InducedModel, spec: PropertySpec, *, precision: Precision | float | None = None,
-                 max_iterations: int = MAX_ITERATIONS,
-                 progress: Callable[[str], None] | None = None) -> float | dict[str, float]:
+def check_native(
+    m: InducedModel,
+    spec: PropertySpec,
+    *,
+    precision: Precision | float | None = None,
+    max_iterations: int = MAX_ITERATIONS,
+    progress: Callable[[str], None] | None = None,
+) -> float | dict[str, float]:
     """The property's value at the initial state(s) of the induced DTMC ``m`` (like :func:`checker.check`).
 
     Raises:
@@ -249,8 +274,13 @@ def check_native(m: InducedModel, spec: PropertySpec, *, precision: Precision | 
     return at_initial(native_values(m, spec, precision, max_iterations, progress)[0], m.initial)
 
 
-def native_values(m: InducedModel, spec: PropertySpec, precision: Precision | float | None = None,
-                  max_iterations: int = MAX_ITERATIONS, progress: Callable[[str], None] | None = None) -> Values:
+def native_values(
+    m: InducedModel,
+    spec: PropertySpec,
+    precision: Precision | float | None = None,
+    max_iterations: int = MAX_ITERATIONS,
+    progress: Callable[[str], None] | None = None,
+) -> Values:
     """:func:`values_of` on the whole model in this process (value, lower and upper bound in every state)."""
     why = unsupported(spec, m.kind)
     if why is not None:

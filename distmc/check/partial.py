@@ -204,8 +204,9 @@ def _native(m: InducedModel, side: Side, spec: PropertySpec, precision: Precisio
     from distmc.check.dispatch import check_native_result
 
     rewards = {k: (side.state_rewards.get(k, s), a) for k, (s, a) in m.rewards.items()}
-    return check_native_result(dataclasses.replace(m, labels={**m.labels, **side.labels}, rewards=rewards), spec,
-                               precision)
+    return check_native_result(
+        dataclasses.replace(m, labels={**m.labels, **side.labels}, rewards=rewards), spec, precision
+    )
 
 
 def _fixed(v: float) -> CheckResult:
@@ -235,8 +236,15 @@ def _combine(spec: PropertySpec, lo: CheckResult, hi: CheckResult, checker: str,
         t_lo, t_hi = decide([pick[0]], spec.threshold), decide([pick[1]], spec.threshold)
         decided = t_lo == t_hi
         truth = t_lo if decided else None
-    return CheckResult(value=value, bounds=bounds, truth=truth, decided=decided, method="partial", checker=checker,
-                       check_s=lo.check_s + hi.check_s)
+    return CheckResult(
+        value=value,
+        bounds=bounds,
+        truth=truth,
+        decided=decided,
+        method="partial",
+        checker=checker,
+        check_s=lo.check_s + hi.check_s,
+    )
 
 
 def _clip(b: tuple[float, float]) -> tuple[float, float]:
@@ -253,13 +261,21 @@ def _reach_spec(within: int | None) -> PropertySpec:
     """``P=? [F "__frontier"]``, or ``F<=k`` when every property is decided within ``k`` steps."""
     bound = "" if within is None else f"<={within}"
     formula = stormpy.parse_properties(f'P=? [F{bound} "{FRONTIER_LABEL}"]')[0].get_raw_formula()
-    return PropertySpec(text=str(formula), formula=formula, quantitative=formula.clone(),
-                        solution="sound" if within is None else "steps")
+    return PropertySpec(
+        text=str(formula),
+        formula=formula,
+        quantitative=formula.clone(),
+        solution="sound" if within is None else "steps",
+    )
 
 
-def frontier_probability(m: InducedModel, frontier: np.ndarray, storm_model: Any = None,
-                         precision: Precision | None = None,
-                         within: int | None = None) -> float | dict[str, float] | None:
+def frontier_probability(
+    m: InducedModel,
+    frontier: np.ndarray,
+    storm_model: Any = None,
+    precision: Precision | None = None,
+    within: int | None = None,
+) -> float | dict[str, float] | None:
     """The probability of reaching the frontier from the initial state(s) (an MDP: its min and max).
 
     ``within``: every property is decided within that many steps (:func:`horizon_of`): the probability of
@@ -295,9 +311,17 @@ def _storm_check(storm_model: Any, *, spec: PropertySpec, m: InducedModel, preci
     return check(storm_model, spec, m.kind, m.initial, precision)
 
 
-def check_partial(props: PropertySet, m: InducedModel, checkers: list[str], precision: Precision,
-                  storm_model: Callable[[], Any], frontier: np.ndarray, model: Model, nvars: int,
-                  progress: Callable[[str], None] | None = None) -> tuple[list[CheckResult], list[str | None]]:
+def check_partial(
+    props: PropertySet,
+    m: InducedModel,
+    checkers: list[str],
+    precision: Precision,
+    storm_model: Callable[[], Any],
+    frontier: np.ndarray,
+    model: Model,
+    nvars: int,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[CheckResult], list[str | None]]:
     """Every property checked twice on the partial model ``m`` (``checkers[i]``: ``storm`` or ``native``).
 
     ``storm_model`` builds Storm's model of ``m`` once (after the native checks, which read ``m``'s arrays).
@@ -346,8 +370,16 @@ def partial_entry(spec: PropertySpec, res: CheckResult, note: str | None) -> dic
     return entry
 
 
-def partial_values(engine: Any, part: Any, spec: PropertySpec, frontier: np.ndarray, model: Model, nvars: int,
-                   precision: Precision | float, max_iterations: int) -> tuple[dict[str, np.ndarray], str | None]:
+def partial_values(
+    engine: Any,
+    part: Any,
+    spec: PropertySpec,
+    frontier: np.ndarray,
+    model: Model,
+    nvars: int,
+    precision: Precision | float,
+    max_iterations: int,
+) -> tuple[dict[str, np.ndarray], str | None]:
     """Both sides of ``spec`` and the probability of reaching the frontier, on one worker's part (collective).
 
     ``part`` is a :class:`~distmc.check.distributed.WorkerPart` (or any labelled model the ``engine`` runs on),
@@ -378,8 +410,9 @@ def partial_values(engine: Any, part: Any, spec: PropertySpec, frontier: np.ndar
     part.labels = {**labels, FRONTIER_LABEL: frontier}
     try:
         eps = precision if isinstance(precision, float) else precision.eps
-        out["reach"] = values_of(engine, part, reach_spec, Precision(max(REACH_PRECISION, eps)),
-                                 REACH_MAX_ITERATIONS)[0]
+        out["reach"] = values_of(engine, part, reach_spec, Precision(max(REACH_PRECISION, eps)), REACH_MAX_ITERATIONS)[
+            0
+        ]
     except PropertyError:  # not converged on any worker (the gap is global): not reported
         out["reach"] = np.full(part.n_states, np.nan)
     finally:
@@ -387,8 +420,7 @@ def partial_values(engine: Any, part: Any, spec: PropertySpec, frontier: np.ndar
     return out, note
 
 
-def combine_sides(spec: PropertySpec, at_initial: dict[str, np.ndarray], checker: str,
-                  note: str | None) -> CheckResult:
+def combine_sides(spec: PropertySpec, at_initial: dict[str, np.ndarray], checker: str, note: str | None) -> CheckResult:
     """One answer from both sides' values at the initial states ``[I]`` (as :func:`partial_values` names them)."""
     from distmc.check.result import summarise
 

@@ -53,8 +53,14 @@ from distmc.errors import PropertyError
 from distmc.model.expr import CompiledExpr
 from distmc.model.program import LITERAL, Model, split_top
 
-__all__ = ["PropertySet", "PropertySpec", "parse_properties", "parse_property", "property_constants",
-           "split_statements"]
+__all__ = [
+    "PropertySet",
+    "PropertySpec",
+    "parse_properties",
+    "parse_property",
+    "property_constants",
+    "split_statements",
+]
 
 _LABEL_REF = re.compile(r'(?<![{\w])"([^"]+)"')
 _BUILTIN_LABELS = ("init", "deadlock")
@@ -163,8 +169,9 @@ def parse_property(text: str, model: Model, name: str | None = None) -> Property
     have = [r.name for r in model.rewards]
     for r in spec.bound_rewards:
         if r not in have:
-            raise PropertyError(f"property '{text}' bounds a path by reward structure '{r}', which the model lacks "
-                                f"(have: {have})")
+            raise PropertyError(
+                f"property '{text}' bounds a path by reward structure '{r}', which the model lacks (have: {have})"
+            )
     spec.terminal = terminal_of(original, model)
     # The formula for checking: PRISM labels expanded, so propositional parts are single atomic expressions.
     expanded = _LABEL_REF.sub(
@@ -202,11 +209,15 @@ def parse_property(text: str, model: Model, name: str | None = None) -> Property
     if spec.bound_rewards:
         spec.stop = spec.terminal or stop_of(spec.formula, model)
     if filter_op in TRUTH_FILTERS and spec.threshold is None:
-        raise PropertyError(f"property '{text}': filter({filter_op}, ...) counts or quantifies truth values: give it "
-                            f"a threshold property (P>=0.5 [...]), or use min, max, avg, sum or first for a value")
+        raise PropertyError(
+            f"property '{text}': filter({filter_op}, ...) counts or quantifies truth values: give it "
+            f"a threshold property (P>=0.5 [...]), or use min, max, avg, sum or first for a value"
+        )
     if filter_op in VALUE_FILTERS and spec.threshold is not None and filter_op != "range":
-        raise PropertyError(f"property '{text}': filter({filter_op}, ...) of a threshold property: use forall, "
-                            f"exists or count, or ask for the value (=?)")
+        raise PropertyError(
+            f"property '{text}': filter({filter_op}, ...) of a threshold property: use forall, "
+            f"exists or count, or ask for the value (=?)"
+        )
     return spec
 
 
@@ -226,11 +237,15 @@ def _split_filter(text: str) -> tuple[str | None, str]:
     args = [a.strip() for a in split_top(m.group(1), ",")]
     supported = ", ".join(VALUE_FILTERS + TRUTH_FILTERS)
     if args[0] not in VALUE_FILTERS + TRUTH_FILTERS:
-        raise PropertyError(f"property '{text}': filter function '{args[0]}' is not supported (over the initial "
-                            f"states distmc answers {supported}; --values writes every state's value)")
+        raise PropertyError(
+            f"property '{text}': filter function '{args[0]}' is not supported (over the initial "
+            f"states distmc answers {supported}; --values writes every state's value)"
+        )
     if len(args) != 3 or args[2] != '"init"':
-        raise PropertyError(f"property '{text}': distmc answers filters over the initial states only, "
-                            f'filter({args[0]}, PROPERTY, "init") (--values writes every state\'s value)')
+        raise PropertyError(
+            f"property '{text}': distmc answers filters over the initial states only, "
+            f'filter({args[0]}, PROPERTY, "init") (--values writes every state\'s value)'
+        )
     return args[0], args[1]
 
 
@@ -243,7 +258,7 @@ def _expand_builtin(expanded: str, text: str, model: Model) -> str:
     if '"deadlock"' in expanded:
         raise PropertyError(
             f"property '{text}': \"deadlock\" inside a Boolean combination is not supported (use it on its own, "
-            f"e.g. F \"deadlock\")"
+            f'e.g. F "deadlock")'
         )
     states = model.initial_states
     if states.shape[0] > _MAX_INIT_DISJUNCTS:
@@ -253,8 +268,10 @@ def _expand_builtin(expanded: str, text: str, model: Model) -> str:
         )
     disjuncts = []
     for row in states.tolist():
-        parts = [(v.name if val else f"!{v.name}") if v.is_bool else f"{v.name}={val}"
-                 for v, val in zip(model.variables, row, strict=True)]
+        parts = [
+            (v.name if val else f"!{v.name}") if v.is_bool else f"{v.name}={val}"
+            for v, val in zip(model.variables, row, strict=True)
+        ]
         disjuncts.append("(" + (" & ".join(parts) or "true") + ")")
     return expanded.replace('"init"', "(" + " | ".join(disjuncts) + ")")
 
@@ -311,8 +328,10 @@ def _define(statement: str, constants: dict[str, str]) -> str:
         return statement
     value = constants[m.group(2)].strip()
     if not LITERAL.fullmatch(value):
-        raise PropertyError(f"cannot read the value '{value}' of constant '{m.group(2)}' of the properties: give a "
-                            f"number (3, 0.1, 1/3) or true/false")
+        raise PropertyError(
+            f"cannot read the value '{value}' of constant '{m.group(2)}' of the properties: give a "
+            f"number (3, 0.1, 1/3) or true/false"
+        )
     return f"const {m.group(1) or 'int'} {m.group(2)} = {value}"
 
 
@@ -367,9 +386,11 @@ def parse_properties(text: str, model: Model, constants: dict[str, str] | None =
     for stmt, prop in zip(props, parsed, strict=True):
         if prop.contains_undefined_constants():
             names = [c.name for c in prop.get_undefined_constants()]
-            raise PropertyError(f"property '{stmt}' uses a constant without a value ({', '.join(names)}): give it "
-                                f"with --const {','.join(n + '=VALUE' for n in names)}, or define it in the "
-                                f"properties, e.g. const double p = 0.1;")
+            raise PropertyError(
+                f"property '{stmt}' uses a constant without a value ({', '.join(names)}): give it "
+                f"with --const {','.join(n + '=VALUE' for n in names)}, or define it in the "
+                f"properties, e.g. const double p = 0.1;"
+            )
         named = _NAMED.match(stmt)
         body = named.group(2) if named else stmt
         # With constants, the text Storm prints has them substituted; without, the user's text is kept.
@@ -393,6 +414,8 @@ def _check_reward_bounded(specs: list[PropertySpec]) -> None:
     """
     for s in specs:
         if s.bound_rewards and not s.stop:
-            raise PropertyError(f"property '{s.text}': a reward-bounded path formula needs sides that are labels or "
-                                f"expressions, or their negations (as in !\"a\" U{{\"r\"}}<=5 x=3): Storm's method "
-                                f"fails otherwise")
+            raise PropertyError(
+                f"property '{s.text}': a reward-bounded path formula needs sides that are labels or "
+                f'expressions, or their negations (as in !"a" U{{"r"}}<=5 x=3): Storm\'s method '
+                f"fails otherwise"
+            )

@@ -17,8 +17,25 @@ import numpy as np
 
 from distmc.errors import UsageError
 
-__all__ = ["DEFAULT_PRECISION", "DEFAULT_RELATIVE", "ROUNDING_ULPS", "TRUTH_FILTERS", "VALUE_FILTERS", "CheckResult",
-           "JsonBounds", "Precision", "Value", "bound_pairs", "decide", "filtered", "json_bounds", "result_entry", "result_line", "summarise", "widen"]
+__all__ = [
+    "DEFAULT_PRECISION",
+    "DEFAULT_RELATIVE",
+    "ROUNDING_ULPS",
+    "TRUTH_FILTERS",
+    "VALUE_FILTERS",
+    "CheckResult",
+    "JsonBounds",
+    "Precision",
+    "Value",
+    "bound_pairs",
+    "decide",
+    "filtered",
+    "json_bounds",
+    "result_entry",
+    "result_line",
+    "summarise",
+    "widen",
+]
 
 #: Absolute part of the default precision of every unbounded check (``--precision-abs`` replaces the default rule).
 DEFAULT_PRECISION = 1e-12
@@ -71,8 +88,9 @@ class Precision:
             raise UsageError(f"--precision{'' if self.relative else '-abs'} must be in (0, 1), not {self.eps}")
 
     @classmethod
-    def from_options(cls, precision: float | None, precision_abs: float | None, exact: bool = False,
-                     sound_mdp: bool = False) -> Precision:
+    def from_options(
+        cls, precision: float | None, precision_abs: float | None, exact: bool = False, sound_mdp: bool = False
+    ) -> Precision:
         """``--precision`` (relative) or ``--precision-abs`` (absolute), at most one; neither: the default rule.
 
         MDPs get sound bounds (interval iteration) whenever a precision is given, or with ``sound_mdp``.
@@ -203,17 +221,21 @@ TRUTH_FILTERS = ("count", "forall", "exists")
 
 def filtered(values: np.ndarray, filter_op: str) -> float:
     """One number of the initial states' ``values``: a filter's ``min``, ``max``, ``avg``, ``sum`` or ``first``."""
-    return float(values[0] if filter_op == "first" else getattr(np, "mean" if filter_op == "avg" else filter_op)(values))
+    return float(
+        values[0] if filter_op == "first" else getattr(np, "mean" if filter_op == "avg" else filter_op)(values)
+    )
 
 
-def summarise(per_state: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None,
-              filter_op: str | None = None) -> tuple[Value, Bounds | None]:
+def summarise(
+    per_state: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None, filter_op: str | None = None
+) -> tuple[Value, Bounds | None]:
     """The value and bounds of one direction at the initial states ``[I]``: one number, or their range.
 
     ``filter_op``: a filter of :data:`VALUE_FILTERS` over the initial states (PRISM's and Storm's ``filter(op,
     prop, "init")``): one number, its bounds the same function of the states' bounds (``range``: the range).
     """
     if filter_op in ("min", "max", "avg", "sum", "first"):
+
         def f(a: np.ndarray) -> float:
             return filtered(a, filter_op)
 
@@ -250,6 +272,7 @@ def bound_pairs(bounds: object) -> list[tuple[float, float]]:
 
 def _value_text(value: object, bounds: object) -> str:
     """``v (+-err)``, or ``[min (+-e), max (+-e)] (min, max)``."""
+
     def one(v: object, b: object) -> str:
         if b is None or not isinstance(v, int | float) or not math.isfinite(v):
             return _fmt(v)
@@ -268,8 +291,9 @@ def result_entry(text: str, name: str | None, res: CheckResult) -> dict[str, obj
     if res.truth is not None:
         entry["truth"] = res.truth
         entry["decided"] = res.decided
-    entry.update(value=res.value, bounds=json_bounds(res.bounds), method=res.method, checker=res.checker,
-                 check_s=res.check_s)
+    entry.update(
+        value=res.value, bounds=json_bounds(res.bounds), method=res.method, checker=res.checker, check_s=res.check_s
+    )
     if res.exact is not None:
         entry["exact"] = res.exact
     if res.note is not None:
@@ -293,13 +317,16 @@ def result_line(entry: dict[str, object]) -> str:
         else:
             ((lo, hi),) = bound_pairs(b)
             value = f"in [{_fmt(lo)}, {_fmt(hi)}]"
-        value += f" (width {_fmt(_width(b))}, partial model" + (f"; {entry['not_bounded']})" if entry.get(
-            "not_bounded") else ")")
+        value += f" (width {_fmt(_width(b))}, partial model" + (
+            f"; {entry['not_bounded']})" if entry.get("not_bounded") else ")"
+        )
         if "truth" in entry:
             value = f"{str(entry['truth']).lower()} ({value})"
         return f"{label}  =  {value}"
     if "truth" in entry:
-        note = "" if entry.get("decided") is not False else ": the bounds contain the threshold, ask a finer --precision"
+        note = (
+            "" if entry.get("decided") is not False else ": the bounds contain the threshold, ask a finer --precision"
+        )
         value = f"{str(entry['truth']).lower()} (value {value}{note})"
     if entry.get("exact") is not None:
         value += f" = {entry['exact']}" if len(str(entry["exact"])) <= 40 else " (exact rational)"

@@ -25,7 +25,6 @@ __all__ = ["BOUNDED_REWARD", "Side", "plan_sides", "step_reward_bounds"]
 BOUNDED_REWARD = re.compile(r"^(C|I)(<=|=)(\d+)$")
 
 
-
 @dataclass
 class Side:
     """How one of the two checks sees the frontier.
@@ -103,8 +102,9 @@ def step_reward_bounds(model: Model, name: str | None, nvars: int) -> tuple[floa
     return s_lo + a_lo, s_hi + a_hi, s_lo, s_hi
 
 
-def plan_sides(spec: PropertySpec, m: InducedModel, frontier: np.ndarray,
-               reward_bounds: tuple[float, float, float, float] | None) -> tuple[Side, Side, str | None]:
+def plan_sides(
+    spec: PropertySpec, m: InducedModel, frontier: np.ndarray, reward_bounds: tuple[float, float, float, float] | None
+) -> tuple[Side, Side, str | None]:
     """The ``lo`` and ``hi`` sides of ``spec`` on ``m`` with the frontier states ``frontier`` ``[N]`` bool.
 
     Returns ``(lo, hi, note)``; ``note`` says what is not bounded (None: both sides are checked).
@@ -148,14 +148,22 @@ def plan_sides(spec: PropertySpec, m: InducedModel, frontier: np.ndarray,
             cumulative = bounded.group(1) == "C"
             if reward_bounds is None:
                 lo.state_rewards[name] = np.where(frontier, 0.0, base)
-                return lo, Side(fixed=math.inf), ("upper bound infinite: a reward value depends on the state "
-                                                  "(the lower bound takes rewards as non-negative)")
+                return (
+                    lo,
+                    Side(fixed=math.inf),
+                    (
+                        "upper bound infinite: a reward value depends on the state "
+                        "(the lower bound takes rewards as non-negative)"
+                    ),
+                )
             r_lo, r_hi = (reward_bounds[0], reward_bounds[1]) if cumulative else (reward_bounds[2], reward_bounds[3])
             lo.state_rewards[name] = np.where(frontier, r_lo, base)
             hi.state_rewards[name] = np.where(frontier, r_hi, base)
             return lo, hi, None
-        return (Side(fixed=-math.inf), Side(fixed=math.inf),
-                "not bounded (only R of F, C, C<=k and I=k is)")
+        return (Side(fixed=-math.inf), Side(fixed=math.inf), "not bounded (only R of F, C, C<=k and I=k is)")
     probability = isinstance(f, sl.LongRunAverageOperatorFormula)
-    return (Side(fixed=0.0 if probability else -math.inf), Side(fixed=1.0 if probability else math.inf),
-            "not bounded (long-run averages and expected times are not)")
+    return (
+        Side(fixed=0.0 if probability else -math.inf),
+        Side(fixed=1.0 if probability else math.inf),
+        "not bounded (long-run averages and expected times are not)",
+    )

@@ -48,8 +48,9 @@ class Engine(Protocol):
         """``out[:n] = add + P x`` on the active rows (``fixed`` elsewhere); then ``out``'s copies refreshed."""
         ...
 
-    def sweep3(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray,
-               g: float) -> None:
+    def sweep3(
+        self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray, g: float
+    ) -> None:
         """One pass of sound value iteration in place, by breadth-first levels from the deepest.
 
         :meth:`distmc.check.gauss_seidel.Blocks.sweep`: ``lo <- add + P lo``, ``hi <- P hi`` and their rounding bound
@@ -99,8 +100,10 @@ def _slow(e: Engine, i: int, width: float, allowed: float, before: float | None,
         total = e.allmax(np.array([float(e.n)]))[0] * e.workers  # at least the number of states
         if i < total:
             return None  # a path may still be longer than i steps
-        return (f"after {i:,} iterations some state's probability of staying undecided still rounds to 1 (it "
-                f"leaves with probability below 1e-16 per {i:,} steps)")
+        return (
+            f"after {i:,} iterations some state's probability of staying undecided still rounds to 1 (it "
+            f"leaves with probability below 1e-16 per {i:,} steps)"
+        )
     if before is None or i < _SLOW_AFTER:
         return None
     rate = (width / before) ** (1.0 / _RATE_WINDOW) if before > 0 else 0.0
@@ -109,12 +112,15 @@ def _slow(e: Engine, i: int, width: float, allowed: float, before: float | None,
     needed = math.log(allowed / width) / math.log(rate) if allowed > 0 else math.inf
     if i + needed <= max_iterations:
         return None
-    return (f"after {i:,} iterations the bound gap is {width:.2g} and shrinks by a factor of {1 - rate:.2g} a step: "
-            f"about {needed:.2g} more iterations would be needed")
+    return (
+        f"after {i:,} iterations the bound gap is {width:.2g} and shrinks by a factor of {1 - rate:.2g} a step: "
+        f"about {needed:.2g} more iterations would be needed"
+    )
 
 
-def sound(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, stop: Stop,
-          max_iterations: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sound(
+    e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, stop: Stop, max_iterations: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The fixpoint of ``x = add + P x`` on the active rows (others fixed at ``x``), by sound value iteration.
 
     ``x(s)`` is what was collected so far (probability of reaching the fixed states with value 1, or reward) and
@@ -154,8 +160,9 @@ def sound(e: Engine, x: np.ndarray, add: np.ndarray, active: np.ndarray, stop: S
             over, w_rel, least = np.inf, np.inf, np.inf
         # one reduction a step: the largest y, the least and the greatest ratio (as maxima; also rounding included),
         # the rule's excess, the widest relevant gap and the least width allowed
-        ymax, neg_lo, new_hi, y2max, neg_lo_r, new_hi_r, over, width, neg_least = e.allmax(np.array([
-            ym, -lmin, umax, y2m, -lmin_r, umax_r, over, w_rel, -least]))
+        ymax, neg_lo, new_hi, y2max, neg_lo_r, new_hi_r, over, width, neg_least = e.allmax(
+            np.array([ym, -lmin, umax, y2m, -lmin_r, umax_r, over, w_rel, -least])
+        )
         if ymax < 1.0:
             lo, hi = max(lo, -neg_lo), min(hi, new_hi)
         if y2max < 1.0:
@@ -192,5 +199,3 @@ class Stop:
     precision: Precision
     relevant: np.ndarray
     everywhere: Precision | None = None
-
-

@@ -250,8 +250,7 @@ def _scatter(order, m, v, lo, hi, w):  # pragma: no cover - compiled
 
 
 class Components:
-    """The active rows' strongly connected components in the update order, grouped by height, and the matrix's rows
-    copied in that order.
+    """The active rows' strongly connected components in the update order, grouped by height, and their rows copied.
 
     ``order``: the active rows, component by component; ``comp_off``: component ``k``'s rows are
     ``order[comp_off[k]:comp_off[k + 1]]``; ``height_off``: the components of height ``h`` are
@@ -275,8 +274,19 @@ class Components:
         np.cumsum(counts, out=self.off[1:])
         self.tt = np.empty(int(self.off[-1]), dtype=np.int32 if a.n < 2**31 else np.int64)
         self.pp = np.empty(int(self.off[-1]), dtype=np.float64)
-        _permuted(a.row_offsets, a.first_row, a.chunk_base, a.t_list, a.p_list, a.i_list, order, pos, self.off,
-                  self.tt, self.pp)
+        _permuted(
+            a.row_offsets,
+            a.first_row,
+            a.chunk_base,
+            a.t_list,
+            a.p_list,
+            a.i_list,
+            order,
+            pos,
+            self.off,
+            self.tt,
+            self.pp,
+        )
         self._v = np.empty((a.n, 3), dtype=np.float64)
         self._add = np.empty(a.n, dtype=np.float64)
 
@@ -286,11 +296,24 @@ class Components:
         return int(self.comp_off.shape[0] - 1)
 
     def sweep(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, g: float) -> None:
-        """One pass: ``lo <- add + P lo``, ``hi <- P hi`` and their rounding bound ``w`` on every active row, in place
-        (the active rows: those the components were found for)."""
+        """One pass: ``lo <- add + P lo``, ``hi <- P hi`` and their rounding bound ``w`` on every active row, in place.
+
+        The active rows are those the components were found for.
+        """
         _gather(self.full_order, lo, add, hi, w, self._v, self._add)
-        _all_heights(self.off, self.tt, self.pp, self._v, self._add, self.comp_off, self.height_off, g,
-                     PARALLEL_BLOCK, INNER, INNER_TOL)
+        _all_heights(
+            self.off,
+            self.tt,
+            self.pp,
+            self._v,
+            self._add,
+            self.comp_off,
+            self.height_off,
+            g,
+            PARALLEL_BLOCK,
+            INNER,
+            INNER_TOL,
+        )
         _scatter(self.full_order, self.order.shape[0], self._v, lo, hi, w)
 
 

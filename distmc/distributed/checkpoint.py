@@ -65,17 +65,26 @@ def _absolute(job: Job) -> Job:
     def fix(p: str | None) -> str | None:
         return str(Path(p).resolve()) if p is not None and Path(p).is_file() else p
 
-    return Job(**{**asdict(job), "model_path": fix(job.model_path), "policy": fix(job.policy),
-                  "interface": fix(job.interface)})
+    return Job(
+        **{**asdict(job), "model_path": fix(job.model_path), "policy": fix(job.policy), "interface": fix(job.interface)}
+    )
 
 
 def _level_dir(directory: Path, level: int) -> Path:
     return directory / f"level-{level:05d}"
 
 
-def write_level(directory: str, level: int, rank: int, key_dtype: np.dtype, states: tuple[np.ndarray, np.ndarray],
-                rows: list[tuple[np.ndarray, ...]], rewards: list[dict[str, np.ndarray]],
-                flags: list[tuple[np.ndarray, np.ndarray, np.ndarray]], reward_names: list[str]) -> int:
+def write_level(
+    directory: str,
+    level: int,
+    rank: int,
+    key_dtype: np.dtype,
+    states: tuple[np.ndarray, np.ndarray],
+    rows: list[tuple[np.ndarray, ...]],
+    rewards: list[dict[str, np.ndarray]],
+    flags: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    reward_names: list[str],
+) -> int:
     """Worker side: write one level's files of worker ``rank``; returns the bytes written.
 
     Args:
@@ -99,8 +108,9 @@ def write_level(directory: str, level: int, rank: int, key_dtype: np.dtype, stat
     def cat(chunks: list[np.ndarray], dtype: type) -> np.ndarray:
         return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype=dtype)
 
-    size = write_table(d / f"states-r{rank}.arrow", {"key": keys_to_arrow(states[0], key_dtype), "gid": states[1]},
-                       note)
+    size = write_table(
+        d / f"states-r{rank}.arrow", {"key": keys_to_arrow(states[0], key_dtype), "gid": states[1]}, note
+    )
     cols: dict[str, Any] = {
         "state": cat([r[0] for r in rows], np.int64),
         "action": cat([r[1] for r in rows], np.int64),
@@ -109,16 +119,26 @@ def write_level(directory: str, level: int, rank: int, key_dtype: np.dtype, stat
     for name in reward_names:
         cols[f"reward:{name}"] = cat([r[name] for r in rewards], np.float64)
     size += write_table(d / f"rows-r{rank}.arrow", cols, note)
-    size += write_table(d / f"trans-r{rank}.arrow", {"target": cat([r[3] for r in rows], np.int64),
-                                                      "prob": cat([r[4] for r in rows], np.float64)}, note)
-    size += write_table(d / f"flags-r{rank}.arrow", {"gid": cat([f[0] for f in flags], np.int64),
-                                                      "loop": cat([f[1] for f in flags], np.bool_),
-                                                      "deadlock": cat([f[2] for f in flags], np.bool_)}, note)
+    size += write_table(
+        d / f"trans-r{rank}.arrow",
+        {"target": cat([r[3] for r in rows], np.int64), "prob": cat([r[4] for r in rows], np.float64)},
+        note,
+    )
+    size += write_table(
+        d / f"flags-r{rank}.arrow",
+        {
+            "gid": cat([f[0] for f in flags], np.int64),
+            "loop": cat([f[1] for f in flags], np.bool_),
+            "deadlock": cat([f[2] for f in flags], np.bool_),
+        },
+        note,
+    )
     return size
 
 
-def read_rows(directory: str | Path, level: int) -> Iterator[tuple[tuple[np.ndarray, ...], dict[str, np.ndarray],
-                                                                    tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+def read_rows(
+    directory: str | Path, level: int
+) -> Iterator[tuple[tuple[np.ndarray, ...], dict[str, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """Every rows file of levels ``0..level``: ((row gid, action, counts, target gids, prob), action rewards, flags).
 
     One file set (a level of one worker) at a time, so a reader that keeps part of them holds one set at most.
@@ -126,15 +146,27 @@ def read_rows(directory: str | Path, level: int) -> Iterator[tuple[tuple[np.ndar
     for lv in range(level + 1):
         for f in sorted(_level_dir(Path(directory), lv).glob("rows-r*.arrow")):
             rank = f.name[len("rows-") :]
-            rows, trans, flags = read_table(f), read_table(f.with_name("trans-" + rank)), read_table(
-                f.with_name("flags-" + rank))
+            rows, trans, flags = (
+                read_table(f),
+                read_table(f.with_name("trans-" + rank)),
+                read_table(f.with_name("flags-" + rank)),
+            )
             names = [c[len("reward:") :] for c in rows.column_names if c.startswith("reward:")]
-            yield ((rows.column("state").to_numpy(), rows.column("action").to_numpy(),
-                    rows.column("branches").to_numpy(), trans.column("target").to_numpy(),
-                    trans.column("prob").to_numpy()),
-                   {n: rows.column(f"reward:{n}").to_numpy() for n in names},
-                   (flags.column("gid").to_numpy(), flags.column("loop").to_numpy(zero_copy_only=False),
-                    flags.column("deadlock").to_numpy(zero_copy_only=False)))
+            yield (
+                (
+                    rows.column("state").to_numpy(),
+                    rows.column("action").to_numpy(),
+                    rows.column("branches").to_numpy(),
+                    trans.column("target").to_numpy(),
+                    trans.column("prob").to_numpy(),
+                ),
+                {n: rows.column(f"reward:{n}").to_numpy() for n in names},
+                (
+                    flags.column("gid").to_numpy(),
+                    flags.column("loop").to_numpy(zero_copy_only=False),
+                    flags.column("deadlock").to_numpy(zero_copy_only=False),
+                ),
+            )
 
 
 class Checkpoint:
@@ -147,16 +179,18 @@ class Checkpoint:
     # -- opening -----------------------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: str | Path, job: Job, key_dtype: np.dtype, reward_names: list[str],
-               checker: str = "auto") -> Checkpoint:
+    def create(
+        cls, directory: str | Path, job: Job, key_dtype: np.dtype, reward_names: list[str], checker: str = "auto"
+    ) -> Checkpoint:
         """A new checkpoint for ``job`` in ``directory`` (which must not hold one already).
 
         ``checker`` (``--checker``) is kept so that a resumed run checks the model as the first run asked.
         """
         d = Path(directory)
         if (d / "meta.json").exists():
-            raise CheckpointError(f"{d} already holds a checkpoint: continue it with --resume {d}, or choose another "
-                              f"--checkpoint-dir")
+            raise CheckpointError(
+                f"{d} already holds a checkpoint: continue it with --resume {d}, or choose another --checkpoint-dir"
+            )
         try:
             d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -186,8 +220,9 @@ class Checkpoint:
         try:
             meta = json.loads((d / "meta.json").read_text())
         except FileNotFoundError:
-            raise CheckpointError(f"--resume {d}: no checkpoint there (no meta.json); was the run started with "
-                              f"--checkpoint-dir {d}?") from None
+            raise CheckpointError(
+                f"--resume {d}: no checkpoint there (no meta.json); was the run started with --checkpoint-dir {d}?"
+            ) from None
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"--resume {d}: cannot read meta.json: {exc}") from None
         if meta.get("format") != FORMAT:
@@ -197,8 +232,10 @@ class Checkpoint:
         for k, digest in meta["digests"].items():
             now = file_digest(getattr(job, k))
             if digest is not None and now != digest:
-                raise CheckpointError(f"--resume {d}: {getattr(job, k)} has changed (or is gone) since the checkpoint "
-                                  f"was written; resuming would mix two different runs")
+                raise CheckpointError(
+                    f"--resume {d}: {getattr(job, k)} has changed (or is gone) since the checkpoint "
+                    f"was written; resuming would mix two different runs"
+                )
         if meta["level"] < 0 and not (d / PRIORITY_CHECKPOINT).is_file():  # a --width run saves its own file
             raise CheckpointError(f"--resume {d}: the run stopped before its initial states were saved; start it again")
         return ckpt
@@ -218,9 +255,12 @@ class Checkpoint:
 
     def _save(self, meta: dict[str, Any]) -> None:
         """Replace ``meta.json`` by ``meta`` (atomically, fsynced); the kept metadata is ``meta`` once it is written."""
-        write_text(self.directory / "meta.json", json.dumps(meta, indent=1), sync=True,
-                   note=checkpoint_note(self.directory, f"the levels up to depth {self.level}" if self.level >= 0
-                                        else None))
+        write_text(
+            self.directory / "meta.json",
+            json.dumps(meta, indent=1),
+            sync=True,
+            note=checkpoint_note(self.directory, f"the levels up to depth {self.level}" if self.level >= 0 else None),
+        )
         self.meta = meta
 
     # -- writing -----------------------------------------------------------------------------------------------
@@ -232,8 +272,16 @@ class Checkpoint:
 
     def commit(self, level: int, states: int, transitions: int, policy_states: int, policy_calls: int) -> None:
         """Every worker has written ``level``: make it part of the checkpoint."""
-        self._save({**self.meta, "level": level, "states": states, "transitions": transitions,
-                    "policy_states": policy_states, "policy_calls": policy_calls})
+        self._save(
+            {
+                **self.meta,
+                "level": level,
+                "states": states,
+                "transitions": transitions,
+                "policy_states": policy_states,
+                "policy_calls": policy_calls,
+            }
+        )
 
     def drop_uncommitted(self) -> None:
         """Remove the files of levels after the committed one (a run interrupted mid-level)."""
@@ -268,18 +316,38 @@ class Checkpoint:
     def results(self) -> list[dict[str, Any]]:
         """The committed levels in the form :func:`distmc.distributed.exchange.gather` takes (one per file set)."""
         keys, gids, _ = self.states()
-        out: list[dict[str, Any]] = [{
-            "gids": gids, "keys": keys, "row_state": _EMPTY, "row_action": _EMPTY, "counts": _EMPTY,
-            "targets": _EMPTY, "prob": np.zeros(0), "rewards": {n: np.zeros(0) for n in self.meta["reward_names"]},
-            "flag_gids": _EMPTY, "loop": np.zeros(0, dtype=bool), "deadlock": np.zeros(0, dtype=bool),
-        }]
+        out: list[dict[str, Any]] = [
+            {
+                "gids": gids,
+                "keys": keys,
+                "row_state": _EMPTY,
+                "row_action": _EMPTY,
+                "counts": _EMPTY,
+                "targets": _EMPTY,
+                "prob": np.zeros(0),
+                "rewards": {n: np.zeros(0) for n in self.meta["reward_names"]},
+                "flag_gids": _EMPTY,
+                "loop": np.zeros(0, dtype=bool),
+                "deadlock": np.zeros(0, dtype=bool),
+            }
+        ]
         del keys, gids
         for (row_state, row_action, counts, targets, prob), rewards, (flag_gids, loop, deadlock) in read_rows(
-                self.directory, self.level):
-            out.append({
-                "gids": _EMPTY, "keys": np.zeros(0, dtype=self.key_dtype), "row_state": row_state,
-                "row_action": row_action, "counts": counts, "targets": targets, "prob": prob,
-                "rewards": {n: rewards[n] for n in self.meta["reward_names"]},
-                "flag_gids": flag_gids, "loop": loop, "deadlock": deadlock,
-            })
+            self.directory, self.level
+        ):
+            out.append(
+                {
+                    "gids": _EMPTY,
+                    "keys": np.zeros(0, dtype=self.key_dtype),
+                    "row_state": row_state,
+                    "row_action": row_action,
+                    "counts": counts,
+                    "targets": targets,
+                    "prob": prob,
+                    "rewards": {n: rewards[n] for n in self.meta["reward_names"]},
+                    "flag_gids": flag_gids,
+                    "loop": loop,
+                    "deadlock": deadlock,
+                }
+            )
         return out

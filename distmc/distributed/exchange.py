@@ -15,8 +15,19 @@ from distmc.check.kernels import compact_probabilities, expand_probabilities
 from distmc.explore.contracts import KeyCodec
 from distmc.explore.partition import Explored
 
-__all__ = ["OCC_SHIFT", "RowBlock", "gather", "narrow", "order_rows", "owner_of", "pack_ids", "pack_increasing", "unpack_ids",
-           "unpack_increasing", "widen"]
+__all__ = [
+    "OCC_SHIFT",
+    "RowBlock",
+    "gather",
+    "narrow",
+    "order_rows",
+    "owner_of",
+    "pack_ids",
+    "pack_increasing",
+    "unpack_ids",
+    "unpack_increasing",
+    "widen",
+]
 
 #: Branches of one state must stay below this (the first-occurrence position packs the branch index in 20 bits).
 OCC_SHIFT = 20
@@ -122,8 +133,9 @@ def _to_arrow(keys: np.ndarray, occ: np.ndarray, codec: KeyCodec) -> Any:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _first_occurrences(uid: np.ndarray, size0: int, branch_offsets: np.ndarray, row_state: np.ndarray,
-                       source: np.ndarray) -> tuple[np.ndarray, int]:
+def _first_occurrences(
+    uid: np.ndarray, size0: int, branch_offsets: np.ndarray, row_state: np.ndarray, source: np.ndarray
+) -> tuple[np.ndarray, int]:
     """:func:`~distmc._internal.jit.first_occurrences` with the shift of ``occ``, also without numba."""
     if HAVE_NUMBA:
         return first_occurrences(uid, size0, branch_offsets, row_state, source, OCC_SHIFT)
@@ -157,7 +169,6 @@ def _at_least(ids: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
-
 def _chunks(r: dict[str, Any]) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """A result's branches as (rows, targets, prob) chunks of whole rows (a result may hold one array or a list).
 
@@ -165,8 +176,10 @@ def _chunks(r: dict[str, Any]) -> list[tuple[int, np.ndarray, np.ndarray]]:
     here they become the reducer's int64 targets and float64 probabilities.
     """
     if isinstance(r["targets"], list):
-        return [(k, t.astype(np.int64, copy=False), expand_probabilities(p))
-                for k, t, p in zip(r["chunk_rows"], r["targets"], r["prob"], strict=True)]
+        return [
+            (k, t.astype(np.int64, copy=False), expand_probabilities(p))
+            for k, t, p in zip(r["chunk_rows"], r["targets"], r["prob"], strict=True)
+        ]
     return [(int(r["counts"].shape[0]), r["targets"], r["prob"])]
 
 
@@ -208,8 +221,9 @@ def order_rows(pieces: list[dict[str, Any]]) -> RowBlock:
     return RowBlock(row_state, row_action, counts, rewards, chunks)
 
 
-def gather(results: list[dict[str, Any]], n_initial: int, merged: bool = False,
-           blocks: list[RowBlock] | None = None) -> Explored:
+def gather(
+    results: list[dict[str, Any]], n_initial: int, merged: bool = False, blocks: list[RowBlock] | None = None
+) -> Explored:
     """The reducer's first step: the partitions' states, and all rows in global-id order.
 
     ``blocks``: rows ordered already (:func:`order_rows`, the driver does it level by level while the next level
@@ -237,17 +251,24 @@ def gather(results: list[dict[str, Any]], n_initial: int, merged: bool = False,
     chunks = [c for b in parts for c in b.chunks]
     names = next((list(b.rewards) for b in parts if b.row_state.shape[0]), [])  # a part without rows may lack them
     return Explored(
-        keys=keys, loop=loop, deadlock=deadlock, row_state=row_state,
-        row_action=np.concatenate([b.row_action for b in parts]), branch_offsets=offsets,
-        target_chunks=[c[1] for c in chunks], prob_chunks=[c[2] for c in chunks],
+        keys=keys,
+        loop=loop,
+        deadlock=deadlock,
+        row_state=row_state,
+        row_action=np.concatenate([b.row_action for b in parts]),
+        branch_offsets=offsets,
+        target_chunks=[c[1] for c in chunks],
+        prob_chunks=[c[2] for c in chunks],
         chunk_rows=np.array([c[0] for c in chunks], dtype=np.int64),
         rewards={k: np.concatenate([b.rewards.get(k, np.zeros(0)) for b in parts]) for k in names},
-        initial=np.arange(n_initial, dtype=np.int64), merged=merged,
+        initial=np.arange(n_initial, dtype=np.int64),
+        merged=merged,
     )
 
 
-def _place(chunks: list[tuple[int, np.ndarray, np.ndarray]], row_pos: np.ndarray, counts: np.ndarray,
-           offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _place(
+    chunks: list[tuple[int, np.ndarray, np.ndarray]], row_pos: np.ndarray, counts: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The chunks' branches copied to their global positions.
 
     Row ``i`` of the chunks, taken in turn, is global row ``row_pos[i]``, of ``counts`` branches per global row at

@@ -41,8 +41,13 @@ class PolicyServer:
     def describe(self) -> dict[str, Any]:
         """What a :class:`RemotePolicy` needs to stand in for the replica."""
         p = self.policy
-        return {"actions": list(p.actions), "output": p.output, "name": p.name,
-                "device": str(getattr(p, "device", "cpu")), "precision": getattr(p, "precision", "float64")}
+        return {
+            "actions": list(p.actions),
+            "output": p.output,
+            "name": p.name,
+            "device": str(getattr(p, "device", "cpu")),
+            "precision": getattr(p, "precision", "float64"),
+        }
 
     def forward(self, states: np.ndarray) -> tuple[np.ndarray, int]:
         """The raw outputs for ``states`` ``[B, V]``, and the network calls they took."""

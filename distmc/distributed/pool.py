@@ -75,8 +75,15 @@ class _WorkerLost(Exception):
 class WorkerPool:
     """The actors (and policy servers) of one run, and how far the run got (for the errors :meth:`get` raises)."""
 
-    def __init__(self, ray: Any, job: WorkerJob, where: RaySettings, batch_states: int, limits: Limits,
-                 checkpoint: Checkpoint | None) -> None:
+    def __init__(
+        self,
+        ray: Any,
+        job: WorkerJob,
+        where: RaySettings,
+        batch_states: int,
+        limits: Limits,
+        checkpoint: Checkpoint | None,
+    ) -> None:
         self.ray, self.job, self.workers = ray, job, where.workers
         self.policy_servers = where.policy_servers
         self.servers: list[Any] = []
@@ -113,15 +120,23 @@ class WorkerPool:
             return
         # "mail": the peers' messages of a distributed check, taken while the check runs in the default group.
         # The thread budget: the worker's process starts with its compute pools sized to it (budget_env).
-        actor_cls = ray.remote(concurrency_groups={"mail": 1}, runtime_env={"env_vars": budget_env(threads)},
-                               **opts)(PartitionActor)
+        actor_cls = ray.remote(concurrency_groups={"mail": 1}, runtime_env={"env_vars": budget_env(threads)}, **opts)(
+            PartitionActor
+        )
         self.actors = [actor_cls.remote(self.job, self.setup_of(r, ckdir, served), threads) for r in range(w)]
         self.info = self.started([a.ready.remote() for a in self.actors], f"the {w} workers", "a worker")
 
     def setup_of(self, rank: int, ckdir: str | None, served: list[tuple[Any, dict[str, Any]]]) -> WorkerSetup:
         """Worker ``rank``'s place and settings (its policy server: the servers taken in turn)."""
-        return WorkerSetup(rank, self.workers, self.batch_states, ckdir, self.limits, self.start,
-                           served[rank % len(served)] if served else None)
+        return WorkerSetup(
+            rank,
+            self.workers,
+            self.batch_states,
+            ckdir,
+            self.limits,
+            self.start,
+            served[rank % len(served)] if served else None,
+        )
 
     def start_servers(self, gpus: float) -> list[tuple[Any, dict[str, Any]]]:
         """Start this run's policy servers (none unless ``policy_servers``); (handle, description) of each."""
@@ -161,8 +176,10 @@ class WorkerPool:
         try:
             return list(ray.get(refs, timeout=START_TIMEOUT_S))
         except ray.exceptions.GetTimeoutError:
-            raise WorkerError(f"{all_of} did not all start within {START_TIMEOUT_S} s: the cluster lacks the "
-                              f"resources for them (see `ray status`)") from None
+            raise WorkerError(
+                f"{all_of} did not all start within {START_TIMEOUT_S} s: the cluster lacks the "
+                f"resources for them (see `ray status`)"
+            ) from None
         except Exception as exc:  # an actor failed to build its parts: report the cause, not Ray's wrapper
             cause = getattr(exc, "cause", None) or exc
             if isinstance(cause, DistmcError):
@@ -182,8 +199,10 @@ class WorkerPool:
         if key == self.key:
             ray = self.ray
             try:
-                ray.get([a.setup.remote(self.job, self.setup_of(r, ckdir, served)) for r, a in enumerate(actors)],
-                        timeout=START_TIMEOUT_S)
+                ray.get(
+                    [a.setup.remote(self.job, self.setup_of(r, ckdir, served)) for r, a in enumerate(actors)],
+                    timeout=START_TIMEOUT_S,
+                )
                 self.info = ray.get([a.ready.remote() for a in actors], timeout=START_TIMEOUT_S)
                 self.actors = actors
                 return True
@@ -217,11 +236,19 @@ class WorkerPool:
             if isinstance(cause, ResourceLimitError) and self.checking:
                 raise ResourceLimitError(
                     f"{cause}; the model ({self.n} states, {self.transitions} transitions) was explored but not "
-                    "checked", {"states": self.n, "transitions": self.transitions, "frontier": 0, "depth": self.depth,
-                                "elapsed_s": round(time.time() - self.start, 3)}) from None
+                    "checked",
+                    {
+                        "states": self.n,
+                        "transitions": self.transitions,
+                        "frontier": 0,
+                        "depth": self.depth,
+                        "elapsed_s": round(time.time() - self.start, 3),
+                    },
+                ) from None
             if isinstance(cause, ResourceLimitError):  # a worker's time or memory: report the global counts
-                raise self.check.stop(str(cause), states=self.n, transitions=self.transitions,
-                                      frontier=self.frontier, depth=self.depth) from None
+                raise self.check.stop(
+                    str(cause), states=self.n, transitions=self.transitions, frontier=self.frontier, depth=self.depth
+                ) from None
             if isinstance(cause, DistmcError):
                 raise cause from None
             if isinstance(cause, ray.exceptions.RayError):

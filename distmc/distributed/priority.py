@@ -48,15 +48,25 @@ class _PriorityRun(_RayRun):
         except _WorkerLost as exc:
             raise WorkerError(
                 f"a worker was lost ({exc}) in a --width/--order run; its states are lost with it. With "
-                "--checkpoint-dir DIR every finished round is saved there: continue with --resume DIR") from None
+                "--checkpoint-dir DIR every finished round is saved there: continue with --resume DIR"
+            ) from None
 
 
 class RayPriorityExplorer:
     """The explored part of one run on Ray actors, grown a budget at a time in ``order`` (``mass`` or ``bfs``)."""
 
-    def __init__(self, job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where: RaySettings,
-                 order: str = "mass", batch_states: int = 20_000, rank: str | None = None,
-                 spread: float | None = None, saved: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        job: WorkerJob,
+        codec: KeyCodec,
+        initial_keys: np.ndarray,
+        where: RaySettings,
+        order: str = "mass",
+        batch_states: int = 20_000,
+        rank: str | None = None,
+        spread: float | None = None,
+        saved: str | Path | None = None,
+    ) -> None:
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
         import ray
 
@@ -97,8 +107,12 @@ class RayPriorityExplorer:
 
     def _hand_out(self, keys: np.ndarray, gids: np.ndarray, frontier: np.ndarray) -> np.ndarray:
         owner = owner_of(self.codec.to_words(keys), self.run.workers)
-        self.run.get([a.restore.remote(keys[owner == o], gids[owner == o], frontier[owner == o])
-                       for o, a in enumerate(self.actors)])
+        self.run.get(
+            [
+                a.restore.remote(keys[owner == o], gids[owner == o], frontier[owner == o])
+                for o, a in enumerate(self.actors)
+            ]
+        )
         return owner
 
     # -- a batch ------------------------------------------------------------------------------------------------
@@ -107,8 +121,9 @@ class RayPriorityExplorer:
         """Per worker, the global ids of its states in the next batch (None: nothing left to expand)."""
         w = self.run.workers
         pushes, self.pushes = self.pushes, []  # the last batch's mass, added by each owner before it picks
-        picks = self.run.get([a.prio_pick.remote(k, self.order, self.spread, *[p[o] for p in pushes])
-                              for o, a in enumerate(self.actors)])
+        picks = self.run.get(
+            [a.prio_pick.remote(k, self.order, self.spread, *[p[o] for p in pushes]) for o, a in enumerate(self.actors)]
+        )
         total = sum(p["frontier"] for p in picks)
         score = np.concatenate([p["score"] for p in picks])
         gid = np.concatenate([p["gid"] for p in picks])
@@ -143,8 +158,13 @@ class RayPriorityExplorer:
         self.policy_calls += sum(x["policy_calls"] for x in stored)
         self.rss = [int(x["rss"]) for x in stored]
 
-    def grow(self, budget: int, check: LimitCheck | None = None, interrupted: Callable[[], str | None] | None = None,
-             horizon: int | None = None) -> str | None:
+    def grow(
+        self,
+        budget: int,
+        check: LimitCheck | None = None,
+        interrupted: Callable[[], str | None] | None = None,
+        horizon: int | None = None,
+    ) -> str | None:
         """Expand until more than ``budget`` states are found (or none is left); why it stopped early (as in-process)."""
         try:
             while self.n_states <= budget:
@@ -170,15 +190,31 @@ class RayPriorityExplorer:
         fids = np.sort(np.concatenate([f["gids"] for f in fronts]))  # [F]
         f = int(fids.shape[0])
         names = next((list(r["rewards"]) for r in results if r["counts"].shape[0]), [])
-        loops = {"gids": fids[:0], "keys": results[0]["keys"][:0], "flag_gids": fids[:0], "loop": np.zeros(0, bool),
-                 "deadlock": np.zeros(0, bool), "row_state": fids, "row_action": np.full(f, -1, dtype=np.int64),
-                 "counts": np.ones(f, dtype=np.int64), "targets": [fids], "prob": [np.ones(f)], "chunk_rows": [f],
-                 "rewards": {k: np.zeros(f) for k in names}}  # each frontier state's self-loop
+        loops = {
+            "gids": fids[:0],
+            "keys": results[0]["keys"][:0],
+            "flag_gids": fids[:0],
+            "loop": np.zeros(0, bool),
+            "deadlock": np.zeros(0, bool),
+            "row_state": fids,
+            "row_action": np.full(f, -1, dtype=np.int64),
+            "counts": np.ones(f, dtype=np.int64),
+            "targets": [fids],
+            "prob": [np.ones(f)],
+            "chunk_rows": [f],
+            "rewards": {k: np.zeros(f) for k in names},
+        }  # each frontier state's self-loop
         out = gather([*results, loops], self.n_initial, merged=True)
         out.frontier = fids
-        out.stats.update({"depth": max(f["depth"] for f in fronts), "policy_states": self.policy_states,
-                          "policy_calls": self.policy_calls, "expanded": self.n_expanded,
-                          "startup_s": self.startup_s})
+        out.stats.update(
+            {
+                "depth": max(f["depth"] for f in fronts),
+                "policy_states": self.policy_states,
+                "policy_calls": self.policy_calls,
+                "expanded": self.n_expanded,
+                "startup_s": self.startup_s,
+            }
+        )
         out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(results, self.run.info, strict=True)]
         return out
 
@@ -195,15 +231,30 @@ class RayPriorityExplorer:
         mass, depth, expanded = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
         for st in self.run.get([a.prio_state.remote() for a in self.actors]):
             mass[st["gids"]], depth[st["gids"]], expanded[st["gids"]] = st["mass"], st["depth"], st["expanded"]
-        save_arrays(path, {
-            "keys": ex.keys, "mass": mass, "depth": depth, "expanded": expanded, "loop": ex.loop,
-            "deadlock": ex.deadlock, "initial": ex.initial, "src": ex.row_state, "action": ex.row_action,
-            "counts": np.diff(ex.branch_offsets),
-            "targets": np.concatenate(ex.target_chunks) if ex.target_chunks else np.zeros(0),
-            "prob": np.concatenate(ex.prob_chunks) if ex.prob_chunks else np.zeros(0),
-            **{f"reward:{k}": v for k, v in ex.rewards.items()},
-            "counters": np.array([self.n_expanded, self.transitions, self.policy_states, self.budget], dtype=np.int64),
-            "order": np.array(self.order), "rank": np.array(self.rank), "spread": np.array(self.spread)})
+        save_arrays(
+            path,
+            {
+                "keys": ex.keys,
+                "mass": mass,
+                "depth": depth,
+                "expanded": expanded,
+                "loop": ex.loop,
+                "deadlock": ex.deadlock,
+                "initial": ex.initial,
+                "src": ex.row_state,
+                "action": ex.row_action,
+                "counts": np.diff(ex.branch_offsets),
+                "targets": np.concatenate(ex.target_chunks) if ex.target_chunks else np.zeros(0),
+                "prob": np.concatenate(ex.prob_chunks) if ex.prob_chunks else np.zeros(0),
+                **{f"reward:{k}": v for k, v in ex.rewards.items()},
+                "counters": np.array(
+                    [self.n_expanded, self.transitions, self.policy_states, self.budget], dtype=np.int64
+                ),
+                "order": np.array(self.order),
+                "rank": np.array(self.rank),
+                "spread": np.array(self.spread),
+            },
+        )
 
     def _load(self, path: str | Path) -> None:
         """Go on from a saved explorer (:meth:`save`, or the in-process one's): each worker takes its states."""
@@ -228,10 +279,17 @@ class RayPriorityExplorer:
             np.cumsum(counts[rows], out=offsets[1:])
             # merged as the workers keep their rows (the in-process explorer's file holds them unmerged)
             offsets, target, prob = merge_csr_rows(offsets, d["targets"][branch].astype(np.int64), d["prob"][branch])
-            loads.append(a.prio_load.remote(
-                d["mass"][mine], d["depth"][mine], d["expanded"][mine], self.rank,
-                (src[rows], d["action"][rows].astype(np.int64), np.diff(offsets), *compact_rows(target, prob)),
-                {k: v[rows] for k, v in rewards.items()}, (done, d["loop"][done], d["deadlock"][done])))
+            loads.append(
+                a.prio_load.remote(
+                    d["mass"][mine],
+                    d["depth"][mine],
+                    d["expanded"][mine],
+                    self.rank,
+                    (src[rows], d["action"][rows].astype(np.int64), np.diff(offsets), *compact_rows(target, prob)),
+                    {k: v[rows] for k, v in rewards.items()},
+                    (done, d["loop"][done], d["deadlock"][done]),
+                )
+            )
         self.run.get(loads)
         self.n_expanded, self.transitions, self.policy_states, self.budget = (int(x) for x in d["counters"])
 

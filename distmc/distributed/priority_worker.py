@@ -177,9 +177,16 @@ class PriorityWorker:
             np.add.at(self.mass, local, value[order])
         np.minimum.at(self.depth, local, depth[order])
 
-    def prio_load(self, mass: np.ndarray, depth: np.ndarray, expanded: np.ndarray, rank_kind: str,
-                  rows: tuple[Any, ...], rewards: dict[str, np.ndarray],
-                  flags: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    def prio_load(
+        self,
+        mass: np.ndarray,
+        depth: np.ndarray,
+        expanded: np.ndarray,
+        rank_kind: str,
+        rows: tuple[Any, ...],
+        rewards: dict[str, np.ndarray],
+        flags: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
         """After ``restore`` of a saved priority run: the own states' priority arrays, rows and flags.
 
         ``mass``, ``depth``, ``expanded``: in the order ``restore`` took the states (increasing global id); the
@@ -205,5 +212,4 @@ class PriorityWorker:
         """Everything a checkpoint of the priority run holds of this worker (by global id)."""
         n = self.visited.size
         self._prio_size()
-        return {"gids": self.gids[:n], "mass": self.mass[:n], "depth": self.depth[:n],
-                "expanded": self.expanded[:n]}
+        return {"gids": self.gids[:n], "mass": self.mass[:n], "depth": self.depth[:n], "expanded": self.expanded[:n]}

@@ -36,8 +36,13 @@ class LevelStops:
         and :meth:`run` takes that expansion back (:meth:`PartitionActor.unexpand`).
         """
         lim = self.limits
-        return (new > 0 and (self.horizon is None or self.depth + 1 < self.horizon) and lim.max_memory is None
-                and lim.timeout is None and (lim.max_states is None or self.n + new <= lim.max_states))
+        return (
+            new > 0
+            and (self.horizon is None or self.depth + 1 < self.horizon)
+            and lim.max_memory is None
+            and lim.timeout is None
+            and (lim.max_states is None or self.n + new <= lim.max_states)
+        )
 
     def next_level_too_big(self, stored: list[dict[str, Any]], expanded: int) -> str | None:
         """Why the next level would pass ``--max-memory`` or ``--timeout`` (None: it should not).
@@ -58,8 +63,10 @@ class LevelStops:
             share = lim.max_memory / self.workers
             worst = max(r + max(r - p, 0) * ratio for r, p in zip(rss, prev_rss, strict=True))
             if worst > share:
-                return (f"passed --max-memory: the next level would need about {worst / 2**20:.0f} MiB in a worker "
-                        f"(its share {share / 2**20:.0f} MiB)")
+                return (
+                    f"passed --max-memory: the next level would need about {worst / 2**20:.0f} MiB in a worker "
+                    f"(its share {share / 2**20:.0f} MiB)"
+                )
         if lim.timeout is not None and now - self.start + (now - prev_t) * ratio > lim.timeout:
             return f"passed --timeout {lim.timeout:g} s: the next level would end after it"
         return None

@@ -66,7 +66,9 @@ class WorkerCheck:
         for rows, rewards, flags in read_rows(directory, level):
             mine = own_slots(own, rows[0])[1]
             branch = np.repeat(mine, rows[2])
-            self.rows.append((rows[0][mine], rows[1][mine], rows[2][mine], *compact_rows(rows[3][branch], rows[4][branch])))
+            self.rows.append(
+                (rows[0][mine], rows[1][mine], rows[2][mine], *compact_rows(rows[3][branch], rows[4][branch]))
+            )
             self.rewards.append({k: v[mine] for k, v in rewards.items()})
             fmine = own_slots(own, flags[0])[1]
             self.flags.append((flags[0][fmine], flags[1][fmine], flags[2][fmine]))
@@ -115,8 +117,22 @@ class WorkerCheck:
         self.rows, self.rewards, self.flags = [], [], []
         self.visited = self.cache = self.seen = VisitedSet(self.codec.dtype)
         self.gids = self.cache_gids = self.known = np.zeros(0, dtype=np.int64)
-        self.part = build_part(self.rank, self.workers, gids, keys, rows, rewards, flags, owner_of_gid, n_initial,
-                               n_total, parts.model, parts.codec, parts.props.atoms, parts.reward_names)
+        self.part = build_part(
+            self.rank,
+            self.workers,
+            gids,
+            keys,
+            rows,
+            rewards,
+            flags,
+            owner_of_gid,
+            n_initial,
+            n_total,
+            parts.model,
+            parts.codec,
+            parts.props.atoms,
+            parts.reward_names,
+        )
         del rows, rewards, flags, gids, keys
         self.stats["check_build_s"] = time.perf_counter() - t
         self.stats["check_bytes"] = self.part.nbytes()
@@ -159,10 +175,19 @@ class WorkerCheck:
         try:
             for spec in parts.props.specs:
                 t_spec = time.perf_counter()
-                vectors, note = partial_values(engine, part, spec, part.gids >= first, parts.model,
-                                               len(parts.model.variables), precision, max_iterations)
-                checks.append({**{k: v[init] for k, v in vectors.items()}, "note": note,
-                               "check_s": time.perf_counter() - t_spec})
+                vectors, note = partial_values(
+                    engine,
+                    part,
+                    spec,
+                    part.gids >= first,
+                    parts.model,
+                    len(parts.model.variables),
+                    precision,
+                    max_iterations,
+                )
+                checks.append(
+                    {**{k: v[init] for k, v in vectors.items()}, "note": note, "check_s": time.perf_counter() - t_spec}
+                )
         finally:
             self._unlink_channels()
             self.stats.update(engine.stats)
@@ -182,11 +207,15 @@ class WorkerCheck:
         part.serve(list(asked))
         self.peers = peers
         recv = [int(part.recv_off[o + 1] - part.recv_off[o]) for o in range(self.workers)]
-        self.channels = None if shm is None else open_channels(shm[0], self.rank, [int(s.shape[0]) for s in part.send],
-                                                               recv, shm[1])
+        self.channels = (
+            None
+            if shm is None
+            else open_channels(shm[0], self.rank, [int(s.shape[0]) for s in part.send], recv, shm[1])
+        )
 
-    def check_run(self, precision: Precision, max_iterations: int,
-                  values: tuple[str, np.ndarray] | None = None) -> dict[str, Any]:
+    def check_run(
+        self, precision: Precision, max_iterations: int, values: tuple[str, np.ndarray] | None = None
+    ) -> dict[str, Any]:
         """Check every property of the job on every worker at once; the values at this worker's initial states.
 
         Returns ``checks``: per property, ``value``, ``lower`` and ``upper`` at the own initial states (``gids``).
@@ -204,8 +233,14 @@ class WorkerCheck:
             for spec in self.prism.props.specs:
                 t_spec = time.perf_counter()
                 values_, lower, upper = values_of(engine, self.part, spec, precision, max_iterations)
-                checks.append({"value": values_[init], "lower": lower[init], "upper": upper[init],
-                               "check_s": time.perf_counter() - t_spec})
+                checks.append(
+                    {
+                        "value": values_[init],
+                        "lower": lower[init],
+                        "upper": upper[init],
+                        "check_s": time.perf_counter() - t_spec,
+                    }
+                )
         finally:
             self._unlink_channels()
             self.stats.update(engine.stats)
@@ -233,9 +268,18 @@ class WorkerCheck:
             eligible = ~reachability(parts.spec, part)[1]  # the target states have reached it already
         ids = riskiest(vec, eligible, RISKIEST)
         self.stats["values_s"] = time.perf_counter() - t
-        return [{"state": {v.name: (bool(x) if v.is_bool else int(x))
-                           for v, x in zip(parts.model.variables, states[i].tolist(), strict=True)},
-                 "value": float(vec[i]), "depth": int(depth[i]), "gid": int(part.gids[i])} for i in ids.tolist()]
+        return [
+            {
+                "state": {
+                    v.name: (bool(x) if v.is_bool else int(x))
+                    for v, x in zip(parts.model.variables, states[i].tolist(), strict=True)
+                },
+                "value": float(vec[i]),
+                "depth": int(depth[i]),
+                "gid": int(part.gids[i]),
+            }
+            for i in ids.tolist()
+        ]
 
     def _lap(self, phase: str) -> None:
         """This run's wall and CPU seconds (every thread of the process) since the last lap, or since :meth:`setup`.

@@ -120,7 +120,7 @@ def _relative_sources(debug_pkl: bytes) -> bytes:
         if s == here:
             return "distmc/examples/make_policy.py"
         if isinstance(s, str) and s.startswith(torch_root):
-            return s[len(torch_root):]  # "torch/nn/modules/linear.py": not the venv's path
+            return s[len(torch_root) :]  # "torch/nn/modules/linear.py": not the venv's path
         return s
 
     table = tuple(stable(s) for s in record[1])

@@ -29,7 +29,9 @@ def require_matplotlib() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MissingDependencyError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
+        raise MissingDependencyError(
+            "--plot needs matplotlib, which is not installed: pip install matplotlib"
+        ) from None
     return plt
 
 
@@ -39,21 +41,25 @@ def plot_variables(model: Model, given: str | list[str] | tuple[str, ...] | None
     if given is None:
         ints = [i for i, v in enumerate(model.variables) if not v.is_bool]
         if len(ints) < 2:
-            raise UsageError(f"--plot: {model.path.name} has fewer than two int variables; name two with "
-                              f"--plot-vars (variables: {', '.join(names)})")
+            raise UsageError(
+                f"--plot: {model.path.name} has fewer than two int variables; name two with "
+                f"--plot-vars (variables: {', '.join(names)})"
+            )
         return ints[0], ints[1]
     pair = [s.strip() for s in given.split(",")] if isinstance(given, str) else list(given)
     if len(pair) != 2 or pair[0] == pair[1]:
         raise UsageError(f"--plot-vars takes two different variables, as in x,y (not '{given}')")
     bad = [p for p in pair if p not in names]
     if bad:
-        raise UsageError(f"--plot-vars: {', '.join(bad)} is not a variable of {model.path.name} "
-                          f"(variables: {', '.join(names)})")
+        raise UsageError(
+            f"--plot-vars: {', '.join(bad)} is not a variable of {model.path.name} (variables: {', '.join(names)})"
+        )
     return names.index(pair[0]), names.index(pair[1])
 
 
-def aggregate(states: np.ndarray, values: np.ndarray, ix: int, iy: int, lo: np.ndarray,
-              hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def aggregate(
+    states: np.ndarray, values: np.ndarray, ix: int, iy: int, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean, max ``[ny, nx]`` (NaN where no state is) and count of ``values`` ``[N]`` per cell of variables ix, iy."""
     nx, ny = int(hi[ix] - lo[ix] + 1), int(hi[iy] - lo[iy] + 1)
     cell = (states[:, iy] - lo[iy]) * nx + (states[:, ix] - lo[ix])
@@ -67,9 +73,17 @@ def aggregate(states: np.ndarray, values: np.ndarray, ix: int, iy: int, lo: np.n
     return mean.reshape(ny, nx), top.reshape(ny, nx), count.reshape(ny, nx)
 
 
-def plot_values(path: str | Path, model: Model, states: np.ndarray, values: np.ndarray, title: str, *,
-                variables: tuple[int, int], trace: list[dict[str, Any]] | None = None,
-                include: np.ndarray | None = None) -> Path:
+def plot_values(
+    path: str | Path,
+    model: Model,
+    states: np.ndarray,
+    values: np.ndarray,
+    title: str,
+    *,
+    variables: tuple[int, int],
+    trace: list[dict[str, Any]] | None = None,
+    include: np.ndarray | None = None,
+) -> Path:
     """Write the heatmap of ``values`` ``[N]`` over ``states`` ``[N, V]`` to ``path`` (the suffix picks the format).
 
     Args:
@@ -93,8 +107,14 @@ def plot_values(path: str | Path, model: Model, states: np.ndarray, values: np.n
     extent = (xv.lo - 0.5, xv.hi + 0.5, yv.lo - 0.5, yv.hi + 0.5)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
     for ax, grid, what in ((axes[0], mean, "mean"), (axes[1], top, "max")):
-        img = ax.imshow(np.ma.masked_invalid(grid), origin="lower", extent=extent, cmap="magma_r",
-                        interpolation="nearest", aspect="auto")
+        img = ax.imshow(
+            np.ma.masked_invalid(grid),
+            origin="lower",
+            extent=extent,
+            cmap="magma_r",
+            interpolation="nearest",
+            aspect="auto",
+        )
         ax.set_title(f"{what} over {over}")
         ax.set_xlabel(xv.name)
         ax.set_ylabel(yv.name)
@@ -109,6 +129,8 @@ def plot_values(path: str | Path, model: Model, states: np.ndarray, values: np.n
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=9)
     which = "explored states" if include is None else "explored states not at the target"
-    fig.suptitle(f"{title}\nvalue of the {which} by ({xv.name}, {yv.name}): {states.shape[0]} states in "
-                 f"{int((count > 0).sum())} cells")
+    fig.suptitle(
+        f"{title}\nvalue of the {which} by ({xv.name}, {yv.name}): {states.shape[0]} states in "
+        f"{int((count > 0).sum())} cells"
+    )
     return save_figure(fig, path, dpi=110)

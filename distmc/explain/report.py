@@ -63,8 +63,9 @@ class Explain:
     def active(self) -> bool:
         return bool(self.traces) or self.wants_values
 
-    def check(self, induced: InducedModel, spec: PropertySpec, used: str, keep_model: bool,
-              clock: PhaseClock) -> CheckResult:
+    def check(
+        self, induced: InducedModel, spec: PropertySpec, used: str, keep_model: bool, clock: PhaseClock
+    ) -> CheckResult:
         """One property's check that also gives its value in every state (:attr:`vectors`), for --values/--plot.
 
         ``used``: ``native`` or ``storm``. The per-state vector comes from the same solver run as the result; the
@@ -72,7 +73,9 @@ class Explain:
         """
         if used == "native":
             clock.start("checking", "distmc's native value iteration")
-            self.vectors = {"value": values_of(LocalEngine(matrix_of(induced), clock.detail, induced.initial), induced, spec)[0]}
+            self.vectors = {
+                "value": values_of(LocalEngine(matrix_of(induced), clock.detail, induced.initial), induced, spec)[0]
+            }
             value = at_initial(self.vectors["value"], induced.initial)
         else:
             clock.start("handing to Storm")
@@ -89,8 +92,9 @@ class Explain:
             require_matplotlib()
             self._axes = plot_variables(parts.model, self.plot_vars)
 
-    def before_check(self, induced: InducedModel, parts: Parts, job: Job,
-                     phase: Callable[[str], None] | None = None) -> None:
+    def before_check(
+        self, induced: InducedModel, parts: Parts, job: Job, phase: Callable[[str], None] | None = None
+    ) -> None:
         """Traces and depths, on the assembled model while it still holds its transitions.
 
         ``phase``: the run's :meth:`~distmc._internal.phases.PhaseClock.start` (times ``traces_s``, ``values_s``);
@@ -109,8 +113,14 @@ class Explain:
             self._depth = bfs_depth(induced)
         mark("assembling")
 
-    def after_check(self, induced: InducedModel, parts: Parts, vectors: dict[str, np.ndarray], title: str,
-                    phase: Callable[[str], None] | None = None) -> None:
+    def after_check(
+        self,
+        induced: InducedModel,
+        parts: Parts,
+        vectors: dict[str, np.ndarray],
+        title: str,
+        phase: Callable[[str], None] | None = None,
+    ) -> None:
         """Write the values table and the picture; find the states most at risk (``phase``: as above)."""
         mark = phase or (lambda name: None)
         mark("ranking states")
@@ -123,9 +133,14 @@ class Explain:
         rank = vectors["value"] if "value" in vectors else vectors["value_max"]
         ids = riskiest(rank, eligible)
         self.at_risk = [
-            {"state": {v.name: (bool(x) if v.is_bool else int(x))
-                       for v, x in zip(parts.model.variables, states[i].tolist(), strict=True)},
-             **{k: float(vec[i]) for k, vec in vectors.items()}, "depth": int(self._depth[i])}
+            {
+                "state": {
+                    v.name: (bool(x) if v.is_bool else int(x))
+                    for v, x in zip(parts.model.variables, states[i].tolist(), strict=True)
+                },
+                **{k: float(vec[i]) for k, vec in vectors.items()},
+                "depth": int(self._depth[i]),
+            }
             for i in ids.tolist()
         ]
         if self.values_path is not None:
@@ -133,12 +148,24 @@ class Explain:
         if self.plot_path is not None:
             mark("plotting")
             assert self._axes is not None
-            plot_values(self.plot_path, parts.model, states, rank, title, variables=self._axes,
-                        trace=self.found[0]["path"] if self.found else None, include=eligible)
+            plot_values(
+                self.plot_path,
+                parts.model,
+                states,
+                rank,
+                title,
+                variables=self._axes,
+                trace=self.found[0]["path"] if self.found else None,
+                include=eligible,
+            )
 
 
-def summary_lines(traces: list[dict[str, Any]] | None, mass: float | None, at_risk: list[dict[str, Any]] | None,
-                  result: float | dict[str, float]) -> list[str]:
+def summary_lines(
+    traces: list[dict[str, Any]] | None,
+    mass: float | None,
+    at_risk: list[dict[str, Any]] | None,
+    result: float | dict[str, float],
+) -> list[str]:
     """The summary's lines for the traces (the most probable one, step by step) and the states most at risk."""
     out: list[str] = []
     if traces is not None:
@@ -146,8 +173,10 @@ def summary_lines(traces: list[dict[str, Any]] | None, mass: float | None, at_ri
             out.append("  traces: no path reaches the target")
         else:
             of = f" of {result:.6g}" if isinstance(result, float) else ""
-            out.append(f"  most probable path (1 of {len(traces)} traces, holding {mass:.6g}{of}): "
-                       f"probability {traces[0]['probability']:.6g}, {len(traces[0]['path']) - 1} steps")
+            out.append(
+                f"  most probable path (1 of {len(traces)} traces, holding {mass:.6g}{of}): "
+                f"probability {traces[0]['probability']:.6g}, {len(traces[0]['path']) - 1} steps"
+            )
             out.extend(f"    {line}" for line in format_trace(traces[0]))
     if at_risk:
         out.append("  states most at risk (value, BFS depth):")

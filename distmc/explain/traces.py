@@ -50,8 +50,7 @@ from distmc.model.kernel import NO_ACTION
 from distmc.model.packing import StateCodec
 from distmc.model.program import Model
 
-__all__ = ["MAX_PREFIXES", "Trace", "annotate", "check_traceable", "format_trace", "most_probable_paths",
-           "state_text"]
+__all__ = ["MAX_PREFIXES", "Trace", "annotate", "check_traceable", "format_trace", "most_probable_paths", "state_text"]
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +79,16 @@ class Trace:
 def check_traceable(spec: PropertySpec, kind: str = "dtmc") -> None:
     """Raise :class:`PropertyError` unless traces can be found for ``spec`` on an induced ``kind`` model."""
     if spec.is_reward:
-        raise PropertyError(f"--traces: '{spec.text}' is a reward property; traces are the most probable paths to "
-                            "the target of a P=? [F phi] or [psi U phi] property (also step-bounded)")
+        raise PropertyError(
+            f"--traces: '{spec.text}' is a reward property; traces are the most probable paths to "
+            "the target of a P=? [F phi] or [psi U phi] property (also step-bounded)"
+        )
     if kind != "dtmc":
-        raise PropertyError(f"--traces: the induced model of '{spec.text}' is an MDP (same-label choices, or "
-                            "--mode monolithic), so a path has no single probability; use --resolve uniform, or a "
-                            "policy mode on an mdp")
+        raise PropertyError(
+            f"--traces: the induced model of '{spec.text}' is an MDP (same-label choices, or "
+            "--mode monolithic), so a path has no single probability; use --resolve uniform, or a "
+            "policy mode on an mdp"
+        )
     why = unsupported(spec, "dtmc")
     if why is not None:
         raise PropertyError(f"--traces: '{spec.text}' is not a reachability property traces can explain ({why})")
@@ -252,8 +255,22 @@ def _grow(a, size):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
-def _search(row_offsets, first_row, chunk_base, t_list, p_list, i_list, interior, target, h, hops, initial, k_paths,
-            bound, max_prefixes):  # pragma: no cover - compiled
+def _search(
+    row_offsets,
+    first_row,
+    chunk_base,
+    t_list,
+    p_list,
+    i_list,
+    interior,
+    target,
+    h,
+    hops,
+    initial,
+    k_paths,
+    bound,
+    max_prefixes,
+):  # pragma: no cover - compiled
     # Best-first search over path prefixes (see the module docstring). Prefix i: its last state st[i], the prefix
     # it extends par[i] (-1: none), weight g[i], steps ln[i], key f[i] = g[i] + h[st[i]]. Returns the prefix
     # arrays, the complete traces' prefix ids in order, and -1 if max_prefixes was reached (else 0).
@@ -299,8 +316,14 @@ def _search(row_offsets, first_row, chunk_base, t_list, p_list, i_list, interior
                 return st[:count], par[:count], found[:nf], -1
             if count == st.shape[0]:
                 cap = 2 * cap
-                st, par, ln, g, f, heap = (_grow(st, cap), _grow(par, cap), _grow(ln, cap), _grow(g, cap),
-                                           _grow(f, cap), _grow(heap, cap))
+                st, par, ln, g, f, heap = (
+                    _grow(st, cap),
+                    _grow(par, cap),
+                    _grow(ln, cap),
+                    _grow(g, cap),
+                    _grow(f, cap),
+                    _grow(heap, cap),
+                )
             st[count], par[count], ln[count] = v, i, ln[i] + 1
             g[count] = g[i] - np.log(q)
             f[count] = g[count] + h[v]
@@ -311,8 +334,9 @@ def _search(row_offsets, first_row, chunk_base, t_list, p_list, i_list, interior
     return st[:count], par[:count], found[:nf], 0
 
 
-def most_probable_paths(m: InducedModel, spec: PropertySpec, k: int, *,
-                        max_prefixes: int = MAX_PREFIXES) -> list[Trace]:
+def most_probable_paths(
+    m: InducedModel, spec: PropertySpec, k: int, *, max_prefixes: int = MAX_PREFIXES
+) -> list[Trace]:
     """The ``k`` most probable traces of the induced DTMC ``m`` for ``spec`` (fewer if fewer exist).
 
     Raises:
@@ -336,9 +360,22 @@ def most_probable_paths(m: InducedModel, spec: PropertySpec, k: int, *,
         hops = np.zeros(0, dtype=np.int64)
     del in_off, sources
     initial = np.ascontiguousarray(np.unique(m.initial), dtype=np.int64)
-    st, par, found, status = _search(a.row_offsets, a.first_row, a.chunk_base, a.t_list, a.p_list, a.i_list, interior,
-                                     target, h, hops, initial, int(k), -1 if bound is None else max(int(bound), 0),
-                                     int(max_prefixes))
+    st, par, found, status = _search(
+        a.row_offsets,
+        a.first_row,
+        a.chunk_base,
+        a.t_list,
+        a.p_list,
+        a.i_list,
+        interior,
+        target,
+        h,
+        hops,
+        initial,
+        int(k),
+        -1 if bound is None else max(int(bound), 0),
+        int(max_prefixes),
+    )
     if status < 0:
         raise ResourceLimitError(
             f"--traces {k}: the search for the most probable paths of '{spec.text}' needed more than "
@@ -352,8 +389,13 @@ def most_probable_paths(m: InducedModel, spec: PropertySpec, k: int, *,
             ids.append(int(st[i]))
             i = int(par[i])
         states = np.array(ids[::-1], dtype=np.int64)
-        step = np.array([_prob(a.row_offsets, a.first_row, a.chunk_base, a.t_list, a.p_list, a.i_list, int(u), int(v))
-                         for u, v in zip(states[:-1], states[1:], strict=True)], dtype=np.float64)
+        step = np.array(
+            [
+                _prob(a.row_offsets, a.first_row, a.chunk_base, a.t_list, a.p_list, a.i_list, int(u), int(v))
+                for u, v in zip(states[:-1], states[1:], strict=True)
+            ],
+            dtype=np.float64,
+        )
         out.append(Trace(float(np.prod(step)), states, step))
     # The search orders by summed -log p; the products can differ from that order in the last bit: sort by them.
     order = sorted(range(len(out)), key=lambda j: -out[j].probability)
@@ -364,8 +406,9 @@ def _valuation(model: Model, state: np.ndarray) -> dict[str, int | bool]:
     return {v.name: (bool(x) if v.is_bool else int(x)) for v, x in zip(model.variables, state.tolist(), strict=True)}
 
 
-def annotate(traces: list[Trace], m: InducedModel, model: Model, codec: StateCodec,
-             expander: Expander) -> list[dict[str, Any]]:
+def annotate(
+    traces: list[Trace], m: InducedModel, model: Model, codec: StateCodec, expander: Expander
+) -> list[dict[str, Any]]:
     """The traces as the report's JSON: ``{"probability", "path": [{"state", "action", "pi", "p"}, ...]}``.
 
     ``expander`` is the run's (its kernel, policy, mode and threshold; under the Ray driver one built from the
@@ -413,8 +456,12 @@ def annotate(traces: list[Trace], m: InducedModel, model: Model, codec: StateCod
                         share[int(ca[c])] = share.get(int(ca[c]), 0.0) + float(w[c] * hit.sum())
                 p = float(tr.step_prob[n])
                 if not share or abs(sum(share.values()) - p) > 1e-9 * max(p, 1e-300) + 1e-15:
-                    log.warning("trace step from state %d: the actions' shares %s do not add up to the induced "
-                                "probability %r", s, share, p)
+                    log.warning(
+                        "trace step from state %d: the actions' shares %s do not add up to the induced probability %r",
+                        s,
+                        share,
+                        p,
+                    )
                 if share:
                     best = max(share, key=lambda a: (share[a], -a))
                     label = model.actions[best] if best != NO_ACTION else None

@@ -22,8 +22,16 @@ from distmc.check.native import matrix_of
 from distmc.errors import UsageError
 from distmc.model.program import Model
 
-__all__ = ["RISKIEST", "bfs_depth", "depth_from_levels", "read_values", "riskiest", "value_columns", "write_values",
-           "write_values_part"]
+__all__ = [
+    "RISKIEST",
+    "bfs_depth",
+    "depth_from_levels",
+    "read_values",
+    "riskiest",
+    "value_columns",
+    "write_values",
+    "write_values_part",
+]
 
 #: States listed as most at risk in the summary and the JSON report.
 RISKIEST = 5
@@ -64,8 +72,14 @@ def bfs_depth(m: InducedModel) -> np.ndarray:
     The explorers number states level by level, so the result is non-decreasing in the state id.
     """
     a = matrix_of(m)
-    return _bfs(m.row_groups, a.row_offsets, a.first_row, a.chunk_base, a.t_list,
-                np.ascontiguousarray(m.initial, dtype=np.int64))
+    return _bfs(
+        m.row_groups,
+        a.row_offsets,
+        a.first_row,
+        a.chunk_base,
+        a.t_list,
+        np.ascontiguousarray(m.initial, dtype=np.int64),
+    )
 
 
 def depth_from_levels(ids: np.ndarray, level_starts: np.ndarray) -> np.ndarray:
@@ -77,16 +91,19 @@ def depth_from_levels(ids: np.ndarray, level_starts: np.ndarray) -> np.ndarray:
     return (np.searchsorted(level_starts, ids, side="right") - 1).astype(np.int32)
 
 
-def value_columns(model: Model, states: np.ndarray, values: dict[str, np.ndarray],
-                  depth: np.ndarray) -> dict[str, np.ndarray]:
+def value_columns(
+    model: Model, states: np.ndarray, values: dict[str, np.ndarray], depth: np.ndarray
+) -> dict[str, np.ndarray]:
     """The columns of a values table for ``states`` ``[N, V]`` int64 (layout order), ``values`` and ``depth`` ``[N]``.
 
     ``values``: ``{"value": [N]}`` or ``{"value_min": [N], "value_max": [N]}`` float64.
     """
     clash = sorted({v.name for v in model.variables} & ({"depth"} | set(values)))
     if clash:
-        raise UsageError(f"--values: the model has variable(s) {', '.join(clash)}, which the values table uses for "
-                          "its own columns; rename them in the model")
+        raise UsageError(
+            f"--values: the model has variable(s) {', '.join(clash)}, which the values table uses for "
+            "its own columns; rename them in the model"
+        )
     cols: dict[str, np.ndarray] = {}
     for i, v in enumerate(model.variables):
         cols[v.name] = states[:, i].astype(bool) if v.is_bool else states[:, i].astype(np.int64)

@@ -166,8 +166,15 @@ class Expander:
         offsets, target_keys, prob = fused
         b = states.shape[0]
         return Rows(
-            np.arange(b, dtype=np.int64), np.full(b, NO_ACTION, dtype=np.int64), offsets, target_keys, prob, {},
-            term, ~term & (c.choices == 0), policy_states,
+            np.arange(b, dtype=np.int64),
+            np.full(b, NO_ACTION, dtype=np.int64),
+            offsets,
+            target_keys,
+            prob,
+            {},
+            term,
+            ~term & (c.choices == 0),
+            policy_states,
         )
 
     # -- expansion ---------------------------------------------------------------------------------------------
@@ -238,7 +245,13 @@ class Expander:
             }
             if nondet.any():
                 row_state, row_action, offsets, succ, prob, row_rew = self._append_products(
-                    states, np.flatnonzero(nondet), c_state, c_action, w, exp, c_rew,
+                    states,
+                    np.flatnonzero(nondet),
+                    c_state,
+                    c_action,
+                    w,
+                    exp,
+                    c_rew,
                     (row_state, row_action, offsets, succ, prob, row_rew),
                 )
         target_keys = succ
@@ -295,4 +308,11 @@ class Expander:
         row_rew = {k: np.concatenate([v, np.array(add_rew[k])]) for k, v in row_rew.items()}
         order = np.argsort(row_state, kind="stable")
         gather, offsets = gather_rows(order, offsets)
-        return row_state[order], row_action[order], offsets, succ[gather], prob[gather], {k: v[order] for k, v in row_rew.items()}
+        return (
+            row_state[order],
+            row_action[order],
+            offsets,
+            succ[gather],
+            prob[gather],
+            {k: v[order] for k, v in row_rew.items()},
+        )

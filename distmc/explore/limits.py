@@ -31,11 +31,33 @@ from typing import Any
 
 from distmc.errors import ResourceLimitError, UsageError
 
-__all__ = ["Interrupt", "LimitCheck", "Limits", "parse_duration", "parse_memory", "peak_rss_bytes", "reset_peak_rss",
-           "rss_bytes"]
+__all__ = [
+    "Interrupt",
+    "LimitCheck",
+    "Limits",
+    "parse_duration",
+    "parse_memory",
+    "peak_rss_bytes",
+    "reset_peak_rss",
+    "rss_bytes",
+]
 
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20,
-          "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1 << 10,
+    "KB": 1 << 10,
+    "KIB": 1 << 10,
+    "M": 1 << 20,
+    "MB": 1 << 20,
+    "MIB": 1 << 20,
+    "G": 1 << 30,
+    "GB": 1 << 30,
+    "GIB": 1 << 30,
+    "T": 1 << 40,
+    "TB": 1 << 40,
+    "TIB": 1 << 40,
+}
 
 
 def parse_memory(text: str | int | None) -> int | None:
@@ -157,11 +179,17 @@ class LimitCheck:
 
     def stop(self, why: str, *, states: int, transitions: int, frontier: int, depth: int) -> ResourceLimitError:
         """The error that ends the run, with its partial report."""
-        partial = {"states": states, "transitions": transitions, "frontier": frontier, "depth": depth,
-                   "elapsed_s": round(time.time() - self.start, 3)}
+        partial = {
+            "states": states,
+            "transitions": transitions,
+            "frontier": frontier,
+            "depth": depth,
+            "elapsed_s": round(time.time() - self.start, 3),
+        }
         return ResourceLimitError(
             f"exploration stopped: {why} at depth {depth} ({states} states, {transitions} transitions, "
-            f"frontier {frontier}); nothing was checked", partial
+            f"frontier {frontier}); nothing was checked",
+            partial,
         )
 
     def check(self, *, states: int, transitions: int, frontier: int, depth: int, memory: int | None = None) -> None:

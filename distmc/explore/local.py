@@ -72,18 +72,29 @@ def explore_local(
                     break
             depth += 1
             stopped = stopped or check.exceeded(states=part.visited.size) or interrupt.why
-            info = {"depth": depth, "states": part.visited.size, "frontier": part.frontier_size,
-                    "transitions": part.transitions, "policy_states": part.policy_states,
-                    "policy_calls": policy_counters(expander)[0], "memory": rss_bytes(),
-                    "elapsed_s": time.perf_counter() - t0}
-            log.info("level depth=%d states=%d frontier=%d transitions=%d memory=%d", depth, info["states"],
-                     info["frontier"], info["transitions"], info["memory"])
+            info = {
+                "depth": depth,
+                "states": part.visited.size,
+                "frontier": part.frontier_size,
+                "transitions": part.transitions,
+                "policy_states": part.policy_states,
+                "policy_calls": policy_counters(expander)[0],
+                "memory": rss_bytes(),
+                "elapsed_s": time.perf_counter() - t0,
+            }
+            log.info(
+                "level depth=%d states=%d frontier=%d transitions=%d memory=%d",
+                depth,
+                info["states"],
+                info["frontier"],
+                info["transitions"],
+                info["memory"],
+            )
             if progress is not None:
                 progress(info)
     out = part.result(np.unique(initial))
     calls, seconds = policy_counters(expander)
-    out.stats.update({"depth": depth, "policy_states": part.policy_states, "policy_calls": calls,
-                      "policy_s": seconds})
+    out.stats.update({"depth": depth, "policy_states": part.policy_states, "policy_calls": calls, "policy_s": seconds})
     if expanded < out.n_states:  # stopped by a limit, or cut at the horizon: the frontier is the ids from here on
         out.stats["expanded"] = expanded
         if stopped is not None:

@@ -48,8 +48,16 @@ from distmc.explore.limits import LimitCheck
 from distmc.explore.partition import Explored
 from distmc.explore.visited import VisitedSet
 
-__all__ = ["MASS_RANK", "MASS_RANKS", "ORDERS", "PRIORITY_CHECKPOINT", "PriorityExplorer", "load_arrays", "save_arrays",
-           "saved_settings"]
+__all__ = [
+    "MASS_RANK",
+    "MASS_RANKS",
+    "ORDERS",
+    "PRIORITY_CHECKPOINT",
+    "PriorityExplorer",
+    "load_arrays",
+    "save_arrays",
+    "saved_settings",
+]
 
 ORDERS = ("mass", "bfs")
 

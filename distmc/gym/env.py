@@ -168,7 +168,9 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
     def _info(self, **extra: Any) -> dict[str, Any]:
         return {"action_mask": self._current().mask.copy(), "state": self.state.copy(), **extra}
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start in an initial state of the model (uniformly among several), or in ``options["state"]``.
 
         ``options["state"]``: a state vector ``[V]`` in layout order or a dict variable -> value (the other
@@ -197,7 +199,9 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
             if state.shape[0] != len(names):
                 raise ModelError(f"{self.model.path}: a state has {len(names)} values ({names}), not {state.shape[0]}")
         if ((state < self.model.lo) | (state > self.model.hi)).any():
-            raise ModelError(f"{self.model.path}: state {self.model.describe_state(state)} is outside the variables' ranges")
+            raise ModelError(
+                f"{self.model.path}: state {self.model.describe_state(state)} is outside the variables' ranges"
+            )
         return state
 
     def outcomes(self, action: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -242,8 +246,13 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
         nxt = self._current()
         terminated = nxt.done or nxt.deadlock
         truncated = not terminated and self.steps >= self.max_steps
-        return self.observe(self.state[None, :])[0], float(reward * self.reward_scale), bool(terminated), bool(
-            truncated), self._info(invalid_action=False, probability=p)
+        return (
+            self.observe(self.state[None, :])[0],
+            float(reward * self.reward_scale),
+            bool(terminated),
+            bool(truncated),
+            self._info(invalid_action=False, probability=p),
+        )
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         a = int(action)
@@ -268,8 +277,12 @@ class PrismEnv(gym.Env[np.ndarray, np.int64]):
             nxt = self._current()
             reward, terminated = r * self.reward_scale, nxt.done or nxt.deadlock
         truncated = not terminated and self.steps >= self.max_steps
-        return self.observe(self.state[None, :])[0], float(reward), bool(terminated), bool(truncated), self._info(
-            invalid_action=invalid
+        return (
+            self.observe(self.state[None, :])[0],
+            float(reward),
+            bool(terminated),
+            bool(truncated),
+            self._info(invalid_action=invalid),
         )
 
     def render(self) -> str | None:

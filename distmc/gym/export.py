@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 FORMATS = ("pt2", "torchscript")
 
 
-def export_policy(policy: Any, path: str | Path, env: PrismEnv, *, output: str | None = None,
-                  format: str = "pt2") -> tuple[Path, Path]:
+def export_policy(
+    policy: Any, path: str | Path, env: PrismEnv, *, output: str | None = None, format: str = "pt2"
+) -> tuple[Path, Path]:
     """Write ``policy``'s network at ``path`` and ``env``'s interface as ``path`` with suffix ``.json``.
 
     Args:
@@ -115,8 +116,10 @@ def _check_float64(net: Any, path: Path, iface: Path, env: PrismEnv) -> None:
     got = policy.forward(states)
     scale = float(np.abs(want.numpy()).max()) or 1.0
     if want.dtype != torch.float64 or not np.allclose(got, want.numpy(), rtol=0, atol=1e-12 * scale):
-        raise PolicyError(f"export_policy: {path}, run in float64 as distmc runs it, does not reproduce the network "
-                          f"in float64 (largest difference {float(np.abs(got - want.numpy()).max()):.3g})")
+        raise PolicyError(
+            f"export_policy: {path}, run in float64 as distmc runs it, does not reproduce the network "
+            f"in float64 (largest difference {float(np.abs(got - want.numpy()).max()):.3g})"
+        )
 
 
 def _export(net: Any, sample: Any) -> tuple[Any, Any]:
@@ -132,8 +135,10 @@ def _export(net: Any, sample: Any) -> tuple[Any, Any]:
         try:
             program = torch.export.export(net, (torch.zeros((BATCH, sample.shape[1])),))
         except Exception as exc:  # noqa: BLE001 - user network
-            raise PolicyError(f"export_policy: torch.export cannot export the network: {type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+            raise PolicyError(
+                f"export_policy: torch.export cannot export the network: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}"
+            ) from exc
         fixed = BATCH
     module = program.module()
     with torch.inference_mode():

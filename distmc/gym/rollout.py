@@ -94,7 +94,9 @@ def rollout(
         env_index = {a: i for i, a in enumerate(dyn.actions)}
         missing = [a for a in policy.actions if a not in env_index]
         if missing:
-            raise PolicyError(f"policy {policy.name} has actions {missing} that the environment does not ({dyn.actions})")
+            raise PolicyError(
+                f"policy {policy.name} has actions {missing} that the environment does not ({dyn.actions})"
+            )
         pol_to_env = np.array([env_index[a] for a in policy.actions], dtype=np.int64)
     init = model.initial_states
     states = init[rng.integers(init.shape[0], size=episodes)] if init.shape[0] > 1 else np.repeat(init, episodes, 0)

@@ -50,12 +50,34 @@ class Kernel(Protocol):
     hi: Any
     _conflicts: Any
 
+
 #: Largest magnitude of a variable bound for which float64 registers hold every integer exactly.
 MAX_EXACT = 2**52
 
 # Opcodes of the register machine: (op, dst, a, b, c) reads registers a, b (and c for ite), writes dst.
-OPS = ("add", "sub", "mul", "div", "min", "max", "fmod", "pow", "floor", "ceil", "eq", "ne", "lt", "le", "gt",
-       "ge", "and", "or", "not", "implies", "ite")
+OPS = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "min",
+    "max",
+    "fmod",
+    "pow",
+    "floor",
+    "ceil",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "and",
+    "or",
+    "not",
+    "implies",
+    "ite",
+)
 OPCODE = {name: i for i, name in enumerate(OPS)}
 
 
@@ -96,7 +118,6 @@ class _Program:
         self.code.append((OPCODE[t[0]], dst, args[0], args[1], args[2]))
         memo[t] = dst
         return dst
-
 
 
 class CompiledKernel:
@@ -158,12 +179,33 @@ class CompiledKernel:
             grp_mod_start.append(len(mod_cmd_start) - 1)
             kmax = max(kmax, len(groups))
         self._args = (
-            self.code, self.n_regs, self.const_reg, self.const_val, self.guard_end, self.cmd_greg, self.cmd_ucode,
-            self.upd_preg, self.upd_asg, self.asg_col, self.asg_reg,
-            codec.lo.astype(i64), codec.hi.astype(i64), codec.word.astype(i64), codec.shift.astype(i64),
-            model.model_type in ("dtmc", "mdp"), float(PROB_TOLERANCE), kmax, cmax,
-            self.unl, self.cmd_first, self.cmd_nupd, self.cmd_action, np.array(grp_action, dtype=i64),
-            np.array(grp_mod_start, dtype=i64), np.array(mod_cmd_start, dtype=i64), np.array(mod_cmds, dtype=i64),
+            self.code,
+            self.n_regs,
+            self.const_reg,
+            self.const_val,
+            self.guard_end,
+            self.cmd_greg,
+            self.cmd_ucode,
+            self.upd_preg,
+            self.upd_asg,
+            self.asg_col,
+            self.asg_reg,
+            codec.lo.astype(i64),
+            codec.hi.astype(i64),
+            codec.word.astype(i64),
+            codec.shift.astype(i64),
+            model.model_type in ("dtmc", "mdp"),
+            float(PROB_TOLERANCE),
+            kmax,
+            cmax,
+            self.unl,
+            self.cmd_first,
+            self.cmd_nupd,
+            self.cmd_action,
+            np.array(grp_action, dtype=i64),
+            np.array(grp_mod_start, dtype=i64),
+            np.array(mod_cmd_start, dtype=i64),
+            np.array(mod_cmds, dtype=i64),
         )
         assert n_cmds == self.cmd_greg.shape[0]
 
@@ -204,12 +246,36 @@ class CompiledKernel:
         states = np.ascontiguousarray(states, dtype=np.int64)
         words = self.kernel.codec.to_words(keys).view(np.int64)  # [B, W]
         skip = np.zeros(b, dtype=np.bool_) if skip is None else np.ascontiguousarray(skip, dtype=np.bool_)
-        c = Counts(states, words, skip, np.zeros(b, dtype=np.int64), np.zeros(b, dtype=np.int64),
-                   np.zeros((b, len(self.kernel.model.actions)), dtype=np.int64))
+        c = Counts(
+            states,
+            words,
+            skip,
+            np.zeros(b, dtype=np.int64),
+            np.zeros(b, dtype=np.int64),
+            np.zeros((b, len(self.kernel.model.actions)), dtype=np.int64),
+        )
         flags = np.zeros(b, dtype=np.int64)
         z64, zf = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.float64)
-        self._run(states, words, 3 if light else 0, skip, c.choices, c.branches, c.choices, c.branches, flags, z64, z64, z64,
-                  words[:1], zf, c.per_action, np.zeros((1, 1)), False, *self._args)
+        self._run(
+            states,
+            words,
+            3 if light else 0,
+            skip,
+            c.choices,
+            c.branches,
+            c.choices,
+            c.branches,
+            flags,
+            z64,
+            z64,
+            z64,
+            words[:1],
+            zf,
+            c.per_action,
+            np.zeros((1, 1)),
+            False,
+            *self._args,
+        )
         return None if flags.any() else c
 
     def expand(self, states: np.ndarray, keys: np.ndarray) -> Expansion | None:
@@ -226,8 +292,26 @@ class CompiledKernel:
         out_keys = np.empty((n_t, codec.words), dtype=np.int64)
         out_prob = np.empty(n_t, dtype=np.float64)
         flags = np.zeros(states.shape[0], dtype=np.int64)
-        self._run(c.states, c.words, 1, c.skip, c_off, t_off, c.choices.copy(), c.branches.copy(), flags, out_cs,
-                  out_ca, out_bo, out_keys, out_prob, c.per_action, np.zeros((1, 1)), False, *self._args)
+        self._run(
+            c.states,
+            c.words,
+            1,
+            c.skip,
+            c_off,
+            t_off,
+            c.choices.copy(),
+            c.branches.copy(),
+            flags,
+            out_cs,
+            out_ca,
+            out_bo,
+            out_keys,
+            out_prob,
+            c.per_action,
+            np.zeros((1, 1)),
+            False,
+            *self._args,
+        )
         out_bo[n_c] = n_t
         return Expansion(out_cs, out_ca, out_bo, codec.from_words(out_keys.view(np.uint64)), out_prob, codec=codec)
 
@@ -254,8 +338,26 @@ class CompiledKernel:
         flags = np.zeros(b, dtype=np.int64)
         z64 = np.zeros(1, dtype=np.int64)
         w = np.zeros((1, 1)) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-        self._run(c.states, c.words, 2, c.skip, t_off, t_off, c.choices, merged, flags, z64, z64, z64, out_keys,
-                  out_prob, c.per_action, w, weights is None, *self._args)
+        self._run(
+            c.states,
+            c.words,
+            2,
+            c.skip,
+            t_off,
+            t_off,
+            c.choices,
+            merged,
+            flags,
+            z64,
+            z64,
+            z64,
+            out_keys,
+            out_prob,
+            c.per_action,
+            w,
+            weights is None,
+            *self._args,
+        )
         if flags.any():
             return None
         offsets, keys, prob = pack_rows(out_keys, out_prob, t_off, merged)

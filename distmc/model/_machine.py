@@ -27,7 +27,6 @@ CHUNK = 1024
 if HAVE_NUMBA:
     _jit = _nb.njit(cache=True, error_model="numpy", nogil=True)
 
-
     @_jit
     def _exec(code, start, end, r):
         for i in range(start, end):
@@ -80,11 +79,36 @@ if HAVE_NUMBA:
 
     @_jit
     def _enumerate(
-        b, key, mode, c_at, t_at, g, p, kd, dsum,  # state b, key [W], mode, cursors, guards [K], probs [U], deltas [U, W]
-        unl, cmd_first, cmd_nupd, cmd_action, grp_action, grp_mod_start, mod_cmd_start, mod_cmds,
-        en, nen, idx, ui,  # scratch
-        out_cs, out_ca, out_bo, out_keys, out_prob,
-        act_count, wts, n_choices, uniform,
+        b,
+        key,
+        mode,
+        c_at,
+        t_at,
+        g,
+        p,
+        kd,
+        dsum,  # state b, key [W], mode, cursors, guards [K], probs [U], deltas [U, W]
+        unl,
+        cmd_first,
+        cmd_nupd,
+        cmd_action,
+        grp_action,
+        grp_mod_start,
+        mod_cmd_start,
+        mod_cmds,
+        en,
+        nen,
+        idx,
+        ui,  # scratch
+        out_cs,
+        out_ca,
+        out_bo,
+        out_keys,
+        out_prob,
+        act_count,
+        wts,
+        n_choices,
+        uniform,
     ):
         # mode 0: count choices and branches (and choices per action into act_count[b]); mode 3: the same from the
         # guards alone (every branch counts, an upper bound); mode 1: write the choices and branches; mode 2 (fused):
@@ -239,11 +263,52 @@ if HAVE_NUMBA:
         return np.zeros(slots, np.int64), np.full(slots, -1, np.int64), np.zeros(longest, np.uint64)
 
     @_nb.njit(cache=True, error_model="numpy", nogil=True, parallel=True)
-    def run_pass(S, K, mode, skip, c_off, t_off, counts_c, counts_t, flags, out_cs, out_ca, out_bo, out_keys, out_prob,
-             act_count, wts, uniform,
-             code, n_regs, const_reg, const_val, guard_end, cmd_greg, cmd_ucode, upd_preg, upd_asg, asg_col, asg_reg,
-             lo, hi, word, shift, check_sum, tol, kmax, cmax,
-             unl, cmd_first, cmd_nupd, cmd_action, grp_action, grp_mod_start, mod_cmd_start, mod_cmds):
+    def run_pass(
+        S,
+        K,
+        mode,
+        skip,
+        c_off,
+        t_off,
+        counts_c,
+        counts_t,
+        flags,
+        out_cs,
+        out_ca,
+        out_bo,
+        out_keys,
+        out_prob,
+        act_count,
+        wts,
+        uniform,
+        code,
+        n_regs,
+        const_reg,
+        const_val,
+        guard_end,
+        cmd_greg,
+        cmd_ucode,
+        upd_preg,
+        upd_asg,
+        asg_col,
+        asg_reg,
+        lo,
+        hi,
+        word,
+        shift,
+        check_sum,
+        tol,
+        kmax,
+        cmax,
+        unl,
+        cmd_first,
+        cmd_nupd,
+        cmd_action,
+        grp_action,
+        grp_mod_start,
+        mod_cmd_start,
+        mod_cmds,
+    ):
         B = S.shape[0]
         V = S.shape[1]
         NK = cmd_greg.shape[0]
@@ -302,9 +367,38 @@ if HAVE_NUMBA:
                 flags[b] = flag
                 if flag != 0:
                     continue
-                nc, nt = _enumerate(b, K[b], mode, c_off[b], t_off[b], g, p, kd, dsum, unl, cmd_first, cmd_nupd,
-                                    cmd_action, grp_action, grp_mod_start, mod_cmd_start, mod_cmds, en, nen, idx, ui,
-                                    out_cs, out_ca, out_bo, out_keys, out_prob, act_count, wts, counts_c[b], uniform)
+                nc, nt = _enumerate(
+                    b,
+                    K[b],
+                    mode,
+                    c_off[b],
+                    t_off[b],
+                    g,
+                    p,
+                    kd,
+                    dsum,
+                    unl,
+                    cmd_first,
+                    cmd_nupd,
+                    cmd_action,
+                    grp_action,
+                    grp_mod_start,
+                    mod_cmd_start,
+                    mod_cmds,
+                    en,
+                    nen,
+                    idx,
+                    ui,
+                    out_cs,
+                    out_ca,
+                    out_bo,
+                    out_keys,
+                    out_prob,
+                    act_count,
+                    wts,
+                    counts_c[b],
+                    uniform,
+                )
                 if mode == 2:
                     counts_t[b] = _merge_segment(out_keys, out_prob, t_off[b], nt, tk, tpos, used)
                 else:  # modes 0 and 3

@@ -131,10 +131,28 @@ _NAMESPACE = {"_np": np, "_T": np.True_, "_F": np.False_}
 # Tree form for the compiled kernel's register machine (distmc.model._compiled): every value is a float64, booleans
 # are 0/1. Operator names the register machine knows; unary minus becomes ("sub", 0, x).
 _TREE_OPS: dict[Any, str] = {
-    _OP.AND: "and", _OP.OR: "or", _OP.XOR: "ne", _OP.IMPLIES: "implies", _OP.IFF: "eq", _OP.PLUS: "add",
-    _OP.MINUS: "sub", _OP.TIMES: "mul", _OP.DIVIDE: "div", _OP.MIN: "min", _OP.MAX: "max", _OP.MODULO: "fmod",
-    _OP.EQUAL: "eq", _OP.NOT_EQUAL: "ne", _OP.LESS: "lt", _OP.LESS_OR_EQUAL: "le", _OP.GREATER: "gt",
-    _OP.GREATER_OR_EQUAL: "ge", _OP.NOT: "not", _OP.ITE: "ite", _OP.FLOOR: "floor", _OP.CEIL: "ceil",
+    _OP.AND: "and",
+    _OP.OR: "or",
+    _OP.XOR: "ne",
+    _OP.IMPLIES: "implies",
+    _OP.IFF: "eq",
+    _OP.PLUS: "add",
+    _OP.MINUS: "sub",
+    _OP.TIMES: "mul",
+    _OP.DIVIDE: "div",
+    _OP.MIN: "min",
+    _OP.MAX: "max",
+    _OP.MODULO: "fmod",
+    _OP.EQUAL: "eq",
+    _OP.NOT_EQUAL: "ne",
+    _OP.LESS: "lt",
+    _OP.LESS_OR_EQUAL: "le",
+    _OP.GREATER: "gt",
+    _OP.GREATER_OR_EQUAL: "ge",
+    _OP.NOT: "not",
+    _OP.ITE: "ite",
+    _OP.FLOOR: "floor",
+    _OP.CEIL: "ceil",
     _OP.POWER: "pow",
 }
 

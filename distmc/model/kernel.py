@@ -29,6 +29,7 @@ from distmc.model.program import Command, Model
 
 __all__ = ["Expansion", "Kernel", "NO_ACTION"]
 
+
 def _mixed_radix(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Enumerate the product of ``counts`` ``[N, k]``: for each item ``n`` every tuple ``0 <= i_j < counts[n, j]``.
 
@@ -214,8 +215,14 @@ class Kernel:
             sources.append((ok[owner], np.full(owner.shape[0], aid, dtype=np.int64), parts))
         if not sources:
             z = np.zeros(0, dtype=np.int64)
-            return Expansion(z, z, np.zeros(1, dtype=np.int64), self.codec.pack(np.zeros((0, self.n_vars), dtype=np.int64)),
-                             np.zeros(0), self.codec)
+            return Expansion(
+                z,
+                z,
+                np.zeros(1, dtype=np.int64),
+                self.codec.pack(np.zeros((0, self.n_vars), dtype=np.int64)),
+                np.zeros(0),
+                self.codec,
+            )
         cs, ca, offs, succs, probs = [], [], [], [], []
         for c_state, c_action, parts in sources:
             nupd = pair_nupd[parts]  # [C, k]
@@ -267,7 +274,11 @@ class Kernel:
                 )
 
     def _check_bounds(
-        self, states: np.ndarray, choice_state: np.ndarray, choice_action: np.ndarray, offsets: np.ndarray,
+        self,
+        states: np.ndarray,
+        choice_state: np.ndarray,
+        choice_action: np.ndarray,
+        offsets: np.ndarray,
         succ: np.ndarray,
     ) -> None:
         bad = ((succ < self.lo) | (succ > self.hi)).any(axis=1)

@@ -25,8 +25,10 @@ class StateCodec:
         self.bits = np.array([max(1, int(s).bit_length()) for s in span.tolist()], dtype=np.int64)
         if (self.bits > 63).any():
             wide = int(np.argmax(self.bits))
-            raise UnsupportedError(f"variable {wide} (in the state layout's order) has a range of more than 2^63 values: "
-                                   "give it tighter bounds")
+            raise UnsupportedError(
+                f"variable {wide} (in the state layout's order) has a range of more than 2^63 values: "
+                "give it tighter bounds"
+            )
         self.word = np.zeros(len(self.bits), dtype=np.int64)
         self.shift = np.zeros(len(self.bits), dtype=np.int64)
         w, used = 0, 0

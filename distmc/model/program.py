@@ -103,8 +103,9 @@ class RewardStructure:
             out += np.where(guard(states), value(states), 0.0)
         return out
 
-    def choice_rewards(self, states: np.ndarray, c_state: np.ndarray, c_action: np.ndarray,
-                       action_id: dict[str, int]) -> np.ndarray:
+    def choice_rewards(
+        self, states: np.ndarray, c_state: np.ndarray, c_action: np.ndarray, action_id: dict[str, int]
+    ) -> np.ndarray:
         """Action reward ``[C]`` of choices given by their state index into ``states`` and their action id.
 
         Args:
@@ -240,9 +241,14 @@ def _instantiate(prog: Any, path: Path, constants: dict[str, str]) -> Any:
     for name in constants:
         if name not in known:
             open_ = [c.name for c in prog.constants if not c.defined]
-            raise ModelError(f"{path}: --const names '{name}', which neither the model nor the properties declare; "
-                             + (f"its undefined constants are {', '.join(open_)}" if open_
-                                else "it has no undefined constants to give"))
+            raise ModelError(
+                f"{path}: --const names '{name}', which neither the model nor the properties declare; "
+                + (
+                    f"its undefined constants are {', '.join(open_)}"
+                    if open_
+                    else "it has no undefined constants to give"
+                )
+            )
     defs = {}
     manager = prog.expression_manager
     parser = sx.ExpressionParser(manager)
@@ -250,11 +256,15 @@ def _instantiate(prog: Any, path: Path, constants: dict[str, str]) -> Any:
     for name, text in constants.items():
         c = known[name]
         if c.defined:
-            raise ModelError(f"{path}: constant '{name}' is already defined in the model and cannot be set with --const")
+            raise ModelError(
+                f"{path}: constant '{name}' is already defined in the model and cannot be set with --const"
+            )
         # Storm's expression parser crashes the process on an unknown identifier: only literals get to it.
         if not LITERAL.fullmatch(text.strip()):
-            raise ModelError(f"{path}: cannot read the value '{text}' of constant '{name}': give a number "
-                             f"(3, 0.1, 1/3, 1e-3) or true/false")
+            raise ModelError(
+                f"{path}: cannot read the value '{text}' of constant '{name}': give a number "
+                f"(3, 0.1, 1/3, 1e-3) or true/false"
+            )
         try:
             with storm_quiet():
                 value = parser.parse_from_string(text, True)
@@ -340,7 +350,9 @@ def _rewards(prog: Any, columns: dict[str, tuple[int, bool]], path: Path) -> lis
     return out
 
 
-def _initial_states(prog: Any, variables: list[Variable], columns: dict[str, tuple[int, bool]], path: Path) -> np.ndarray:
+def _initial_states(
+    prog: Any, variables: list[Variable], columns: dict[str, tuple[int, bool]], path: Path
+) -> np.ndarray:
     if not prog.has_initial_states_expression:
         return np.array([[v.init for v in variables]], dtype=np.int64)
     init = compile_expression(prog.initial_states_expression, columns)

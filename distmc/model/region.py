@@ -88,12 +88,16 @@ def parse_region(text: str) -> Region:
     for part in text.split(","):
         m = _BOUND.fullmatch(part)
         if m is None:
-            raise UsageError(f"cannot read region part '{part.strip()}': expected LO<=NAME<=HI, as in "
-                             "--region '0.05<=slip<=0.15' (several separated by commas)")
+            raise UsageError(
+                f"cannot read region part '{part.strip()}': expected LO<=NAME<=HI, as in "
+                "--region '0.05<=slip<=0.15' (several separated by commas)"
+            )
         lo, name, hi = float(m.group(1)), m.group(2), float(m.group(3))
         if not lo < hi:
-            raise UsageError(f"region '{part.strip()}' is {'empty' if lo > hi else 'a single point'}: "
-                             "give LO < HI (a single value goes to --const)")
+            raise UsageError(
+                f"region '{part.strip()}' is {'empty' if lo > hi else 'a single point'}: "
+                "give LO < HI (a single value goes to --const)"
+            )
         if name in (p[0] for p in params):
             raise UsageError(f"region names '{name}' twice")
         params.append((name, lo, hi))
@@ -158,8 +162,10 @@ def check_region(path: str | Path, region: Region, constants: dict[str, str]) ->
         c = known.get(name)
         if c is None or c.defined:
             open_ = [x.name for x in raw.constants if not x.defined]
-            raise ModelError(f"{path}: --region names '{name}', which is no undefined constant of the model "
-                             f"(its undefined constants: {', '.join(open_) or 'none'})")
+            raise ModelError(
+                f"{path}: --region names '{name}', which is no undefined constant of the model "
+                f"(its undefined constants: {', '.join(open_) or 'none'})"
+            )
         if c.expression_variable.has_integer_type() or c.expression_variable.has_boolean_type():
             raise ModelError(f"{path}: --region names '{name}', an int or bool constant; a region ranges over doubles")
     prog = _program(path, constants)
@@ -168,17 +174,20 @@ def check_region(path: str | Path, region: Region, constants: dict[str, str]) ->
     for var, name in variables.items():
         modules = []
         for m in prog.modules:
-            degree = max((_degree(u.probability_expression, var) for c in m.commands for u in c.updates),
-                         default=0.0)
+            degree = max((_degree(u.probability_expression, var) for c in m.commands for u in c.updates), default=0.0)
             if degree > 1:
-                raise UnsupportedError(f"{path}: a probability of module '{m.name}' is not affine in '{name}' "
-                                       "(distmc bounds a region by its corners, which needs degree 1)")
+                raise UnsupportedError(
+                    f"{path}: a probability of module '{m.name}' is not affine in '{name}' "
+                    "(distmc bounds a region by its corners, which needs degree 1)"
+                )
             if degree == 1:
                 modules.append(m.name)
         if len(modules) > 1:
-            raise UnsupportedError(f"{path}: the probabilities of modules {', '.join(modules)} all depend on "
-                                   f"'{name}' (their product is not affine in it; distmc bounds a region by its "
-                                   "corners, which needs one)")
+            raise UnsupportedError(
+                f"{path}: the probabilities of modules {', '.join(modules)} all depend on "
+                f"'{name}' (their product is not affine in it; distmc bounds a region by its "
+                "corners, which needs one)"
+            )
 
 
 def _structure(prog: Any, variables: dict[Any, str], path: Path) -> None:
@@ -201,16 +210,29 @@ def _structure(prog: Any, variables: dict[Any, str], path: Path) -> None:
     reward_text = "\n".join(re.findall(r"^rewards.*?^endrewards", str(prog), re.S | re.M))
     keys = set(variables)
     for what, e in where:
-        exprs = [e] if isinstance(e, sx.Expression) else [
-            x for x in (getattr(e, "lower_bound_expression", None), getattr(e, "upper_bound_expression", None),
-                        e.initial_value_expression if not prog.has_initial_states_expression else None)
-            if x is not None and str(x) != ""]
+        exprs = (
+            [e]
+            if isinstance(e, sx.Expression)
+            else [
+                x
+                for x in (
+                    getattr(e, "lower_bound_expression", None),
+                    getattr(e, "upper_bound_expression", None),
+                    e.initial_value_expression if not prog.has_initial_states_expression else None,
+                )
+                if x is not None and str(x) != ""
+            ]
+        )
         for x in exprs:
             found = [variables[v] for v in x.get_variables() if v in keys]
             if found:
-                raise UnsupportedError(f"{path}: {what} depends on '{found[0]}', so the states the policy sees "
-                                       "would change within the region; give it one value with --const")
+                raise UnsupportedError(
+                    f"{path}: {what} depends on '{found[0]}', so the states the policy sees "
+                    "would change within the region; give it one value with --const"
+                )
     for name in variables.values():
         if re.search(rf"\b{re.escape(name)}\b", reward_text):
-            raise UnsupportedError(f"{path}: a reward structure depends on '{name}'; a region ranges over "
-                                   "probabilities only; give it one value with --const")
+            raise UnsupportedError(
+                f"{path}: a reward structure depends on '{name}'; a region ranges over "
+                "probabilities only; give it one value with --const"
+            )

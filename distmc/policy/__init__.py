@@ -117,8 +117,9 @@ def require_packages(spec: str | None) -> None:
         require("onnxruntime", f"{spec}: an ONNX policy")
 
 
-def load_policy(spec: str | None, model: Model, interface: str | Path | None = None, *, trust: bool = False,
-                dtype: str = "float64") -> Policy:
+def load_policy(
+    spec: str | None, model: Model, interface: str | Path | None = None, *, trust: bool = False, dtype: str = "float64"
+) -> Policy:
     """Load the policy ``spec`` names (see the module docstring for the formats).
 
     Args:

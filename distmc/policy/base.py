@@ -49,9 +49,7 @@ def policy_precision(policy: object) -> str | None:
     return None if policy is None else str(getattr(policy, "precision", "float64"))
 
 
-def action_distribution(
-    policy: Policy, states: np.ndarray, enabled: np.ndarray, describe: object = None
-) -> np.ndarray:
+def action_distribution(policy: Policy, states: np.ndarray, enabled: np.ndarray, describe: object = None) -> np.ndarray:
     """pi(a|s) over the policy's actions, masked to ``enabled`` ``[B, A]`` and renormalised: ``[B, A]`` float64.
 
     Args:
@@ -91,14 +89,16 @@ def action_distribution(
         neg = (raw < 0).any(axis=1)
         if neg.any():
             i = int(np.flatnonzero(neg)[0])
-            raise PolicyError(f"policy {policy.name} returned a negative probability {raw[i].tolist()} in state {name(i)}")
+            raise PolicyError(
+                f"policy {policy.name} returned a negative probability {raw[i].tolist()} in state {name(i)}"
+            )
         total = raw.sum(axis=1)
         off = np.abs(total - 1.0) > NORMALISED_TOL
         if off.any():
             i = int(np.flatnonzero(off)[0])
             raise PolicyError(
                 f"policy {policy.name} returned probabilities {raw[i].tolist()} summing to {total[i]:.6g}, not 1, in "
-                f"state {name(i)}; if the network's outputs are scores, declare \"output\": \"logits\" in its "
+                f'state {name(i)}; if the network\'s outputs are scores, declare "output": "logits" in its '
                 f"interface"
             )
         p = np.where(enabled, raw, 0.0)

@@ -42,8 +42,16 @@ from distmc.errors import PolicyError
 from distmc.model.program import Model
 from distmc.policy.interface import InputEncoding, Interface, check_dtype
 
-__all__ = ["BATCH", "BatchedPolicy", "TorchPolicy", "default_device", "float32_only", "in_fixed_batches",
-           "policy_file", "torch_dtype"]
+__all__ = [
+    "BATCH",
+    "BatchedPolicy",
+    "TorchPolicy",
+    "default_device",
+    "float32_only",
+    "in_fixed_batches",
+    "policy_file",
+    "torch_dtype",
+]
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +183,9 @@ class BatchedPolicy:
             except PolicyError:
                 raise
             except Exception as again:  # noqa: BLE001 - user code: wrapped, never swallowed
-                raise PolicyError(f"policy {self.name} failed on a batch of {self.batch} states: "
-                                  f"{type(again).__name__}: {again}") from again
+                raise PolicyError(
+                    f"policy {self.name} failed on a batch of {self.batch} states: {type(again).__name__}: {again}"
+                ) from again
             self._fall_back(why)
             return
         if float32_only(y[: min(PROBE_STATES, self.batch)]):
@@ -185,8 +194,9 @@ class BatchedPolicy:
     def _fall_back(self, why: str) -> None:
         self.precision = "float32"
         self.precision_note = f"{self.source} runs in float32: {why}"
-        log.warning("%s; the report's bounds cover the checker's error only, not the policy's rounding",
-                    self.precision_note)
+        log.warning(
+            "%s; the report's bounds cover the checker's error only, not the policy's rounding", self.precision_note
+        )
 
     def forward(self, states: np.ndarray) -> np.ndarray:
         t = time.perf_counter()
@@ -207,8 +217,15 @@ class TorchPolicy(BatchedPolicy):
 
     net: Any
 
-    def __init__(self, source: str, name: str, interface: Interface, model: Model, device: str | None = None,
-                 dtype: str = "float64") -> None:
+    def __init__(
+        self,
+        source: str,
+        name: str,
+        interface: Interface,
+        model: Model,
+        device: str | None = None,
+        dtype: str = "float64",
+    ) -> None:
         super().__init__(source, name, interface, model, dtype)
         self.device = device or default_device()
 

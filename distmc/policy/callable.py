@@ -43,7 +43,9 @@ def resolve_callable(spec: str) -> Callable[[np.ndarray], Any]:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise PolicyError(f"policy '{spec}': cannot import module '{module_name}' ({exc}); put it on PYTHONPATH") from None
+        raise PolicyError(
+            f"policy '{spec}': cannot import module '{module_name}' ({exc}); put it on PYTHONPATH"
+        ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise PolicyError(f"policy '{spec}': module '{module_name}' has no attribute '{attr}'")
@@ -70,8 +72,9 @@ def callable_policy(spec: str, interface: Interface, model: Model, dtype: str = 
 class ModulePolicy(TorchPolicy):
     """A torch module named ``module:attribute``, run like a network file (a copy of it: the caller's is untouched)."""
 
-    def __init__(self, spec: str, net: Any, interface: Interface, model: Model, device: str | None = None,
-                 dtype: str = "float64") -> None:
+    def __init__(
+        self, spec: str, net: Any, interface: Interface, model: Model, device: str | None = None, dtype: str = "float64"
+    ) -> None:
         super().__init__(spec, spec, interface, model, device, dtype)
         try:
             self.net = copy.deepcopy(net).to(self.device)
@@ -83,8 +86,14 @@ class ModulePolicy(TorchPolicy):
 class CallablePolicy(BatchedPolicy):
     """A function ``observations [B, F] -> outputs [B, A]`` named ``module:function``."""
 
-    def __init__(self, spec: str, interface: Interface, model: Model, dtype: str = "float64",
-                 fn: Callable[[np.ndarray], Any] | None = None) -> None:
+    def __init__(
+        self,
+        spec: str,
+        interface: Interface,
+        model: Model,
+        dtype: str = "float64",
+        fn: Callable[[np.ndarray], Any] | None = None,
+    ) -> None:
         super().__init__(spec, spec, interface, model, dtype)
         self.fn = fn if fn is not None else resolve_callable(spec)
         self._settle()

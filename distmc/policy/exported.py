@@ -108,8 +108,16 @@ def retype_graph(module: Any, dtype: Any) -> Any:
 class ExportedPolicy(TorchPolicy):
     """A ``torch.export`` program (``.pt2``) evaluated in batches."""
 
-    def __init__(self, path: str | Path, interface: Interface, model: Model, device: str | None = None, *,
-                 trust: bool = False, dtype: str = "float64") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        interface: Interface,
+        model: Model,
+        device: str | None = None,
+        *,
+        trust: bool = False,
+        dtype: str = "float64",
+    ) -> None:
         import torch
 
         self.path = policy_file(path)
@@ -124,13 +132,18 @@ class ExportedPolicy(TorchPolicy):
         try:
             program = torch.export.load(str(self.path))
         except Exception as exc:  # noqa: BLE001 - a foreign file: any failure is the file's
-            raise PolicyError(f"{self.path}: not a loadable torch.export program ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); save it with torch.export.save") from None
-        inputs = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in
-                  program.graph_signature.user_inputs]
+            raise PolicyError(
+                f"{self.path}: not a loadable torch.export program ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); save it with torch.export.save"
+            ) from None
+        inputs = [
+            n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.graph_signature.user_inputs
+        ]
         if len(inputs) != 1:
-            raise PolicyError(f"{self.path}: the program takes {len(inputs)} inputs; a policy takes one, the "
-                              "observations [B, features]")
+            raise PolicyError(
+                f"{self.path}: the program takes {len(inputs)} inputs; a policy takes one, the "
+                "observations [B, features]"
+            )
         shape = getattr(inputs[0].meta.get("val"), "shape", None)
         self.fixed_batch = int(shape[0]) if shape is not None and isinstance(shape[0], int) else None
         self.net = program.module().to(self.device)

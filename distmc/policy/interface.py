@@ -27,8 +27,7 @@ import numpy as np
 from distmc.errors import PolicyError
 from distmc.model.program import Model
 
-__all__ = ["DTYPES", "Interface", "InputEncoding", "check_interface", "check_dtype", "interface_dict",
-           "load_interface"]
+__all__ = ["DTYPES", "Interface", "InputEncoding", "check_interface", "check_dtype", "interface_dict", "load_interface"]
 
 #: The arithmetic a policy can run in (``--policy-dtype``): float64, the default, or float32.
 DTYPES = ("float64", "float32")
@@ -89,8 +88,11 @@ def load_interface(path: str | Path | None, model: Model) -> Interface:
 
 def interface_dict(interface: Interface) -> dict[str, Any]:
     """The interface as the JSON object of an interface file."""
-    out: dict[str, Any] = {"features": list(interface.features), "actions": list(interface.actions),
-                           "output": interface.output}
+    out: dict[str, Any] = {
+        "features": list(interface.features),
+        "actions": list(interface.actions),
+        "output": interface.output,
+    }
     if interface.scale:
         out["scale"] = dict(interface.scale)
     if interface.architecture is not None:
@@ -126,6 +128,13 @@ def check_interface(raw: Any, model: Model, where: str = "interface") -> Interfa
         raise PolicyError(f"{p}: scale names {bad}, which are not features")
     arch = raw.get("architecture")
     if arch is not None and not isinstance(arch, dict):
-        raise PolicyError(f"{p}: 'architecture' must be an object such as {{\"layers\": [64, 64], \"activation\": \"tanh\"}}")
-    return Interface(features=list(feats), actions=list(acts), output=output,
-                     scale={k: float(v) for k, v in scale.items()}, architecture=arch)
+        raise PolicyError(
+            f'{p}: \'architecture\' must be an object such as {{"layers": [64, 64], "activation": "tanh"}}'
+        )
+    return Interface(
+        features=list(feats),
+        actions=list(acts),
+        output=output,
+        scale={k: float(v) for k, v in scale.items()},
+        architecture=arch,
+    )

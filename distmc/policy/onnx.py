@@ -101,19 +101,23 @@ class OnnxPolicy(BatchedPolicy):
         import onnxruntime as ort
 
         super().__init__(str(self.path), self.path.name, interface, model, dtype)
-        self.providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
-                          if p in ort.get_available_providers()]
+        self.providers = [
+            p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()
+        ]
         self.session = self._session(str(self.path))
         inputs = self.session.get_inputs()
         if len(inputs) != 1:
-            raise PolicyError(f"{self.path}: the model takes {len(inputs)} inputs; a policy takes one, the "
-                              "observations [B, features]")
+            raise PolicyError(
+                f"{self.path}: the model takes {len(inputs)} inputs; a policy takes one, the observations [B, features]"
+            )
         self.input_name = inputs[0].name
         shape = inputs[0].shape
         self.fixed_batch = shape[0] if shape and isinstance(shape[0], int) else None
         if len(shape) == 2 and isinstance(shape[1], int) and shape[1] != len(self.columns):
-            raise PolicyError(f"{self.path}: the model takes {shape[1]} inputs per state; the interface has "
-                              f"{len(self.columns)} features")
+            raise PolicyError(
+                f"{self.path}: the model takes {shape[1]} inputs per state; the interface has "
+                f"{len(self.columns)} features"
+            )
         self.as_saved = self.session  # the file's own graph, what runs in float32
         self.saved_input = np.float64 if inputs[0].type == "tensor(double)" else np.float32
         self.input_dtype = self.saved_input
@@ -126,8 +130,10 @@ class OnnxPolicy(BatchedPolicy):
         try:
             return ort.InferenceSession(source, providers=self.providers)
         except Exception as exc:  # noqa: BLE001 - a foreign file: any failure is the file's
-            raise PolicyError(f"{self.path}: onnxruntime cannot load it ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+            raise PolicyError(
+                f"{self.path}: onnxruntime cannot load it ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''})"
+            ) from None
 
     def _to_double(self) -> None:
         """Run the graph converted to double (:func:`double_graph`), or say why it runs as it is, in float32."""
@@ -157,8 +163,10 @@ class OnnxPolicy(BatchedPolicy):
         try:
             out = self.session.run(None, {self.input_name: x})[0]
         except Exception as exc:  # noqa: BLE001 - the model's own failure
-            raise PolicyError(f"{self.source}: onnxruntime failed on inputs of width {x.shape[1]}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            raise PolicyError(
+                f"{self.source}: onnxruntime failed on inputs of width {x.shape[1]}: "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from None
         return np.asarray(out, dtype=np.float64)
 
     def _call(self, chunk: np.ndarray) -> np.ndarray:

@@ -36,8 +36,12 @@ from distmc.policy.interface import Interface
 __all__ = ["ALGORITHMS", "SB3Policy", "actor_module", "detect_algorithm", "load_sb3"]
 
 #: The algorithms distmc reads, and the package that has each.
-ALGORITHMS = {"PPO": "stable_baselines3", "A2C": "stable_baselines3", "DQN": "stable_baselines3",
-              "MaskablePPO": "sb3_contrib"}
+ALGORITHMS = {
+    "PPO": "stable_baselines3",
+    "A2C": "stable_baselines3",
+    "DQN": "stable_baselines3",
+    "MaskablePPO": "sb3_contrib",
+}
 
 
 def detect_algorithm(path: str | Path) -> str:
@@ -63,7 +67,9 @@ def detect_algorithm(path: str | Path) -> str:
         return "PPO"
     if "ent_coef" in data and "n_steps" in data:
         return "A2C"
-    raise PolicyError(f"{p}: a Stable-Baselines3 model of an algorithm distmc does not read (it reads PPO, A2C, DQN, MaskablePPO)")
+    raise PolicyError(
+        f"{p}: a Stable-Baselines3 model of an algorithm distmc does not read (it reads PPO, A2C, DQN, MaskablePPO)"
+    )
 
 
 def load_sb3(path: str | Path, *, trust: bool, device: str = "cpu") -> Any:
@@ -83,7 +89,9 @@ def load_sb3(path: str | Path, *, trust: bool, device: str = "cpu") -> Any:
     try:
         return getattr(package, algo).load(str(p), device=device)
     except Exception as exc:  # noqa: BLE001 - a foreign file: any failure is the file's
-        raise PolicyError(f"{p}: Stable-Baselines3 could not load this {algo} model: {type(exc).__name__}: {exc}") from None
+        raise PolicyError(
+            f"{p}: Stable-Baselines3 could not load this {algo} model: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def actor_module(algo_model: Any) -> Any:
@@ -98,7 +106,9 @@ def actor_module(algo_model: Any) -> Any:
 
     policy = algo_model.policy
     if not isinstance(policy.action_space, spaces.Discrete):
-        raise PolicyError(f"{type(algo_model).__name__} model: distmc needs a Discrete action space, not {policy.action_space}")
+        raise PolicyError(
+            f"{type(algo_model).__name__} model: distmc needs a Discrete action space, not {policy.action_space}"
+        )
     if not isinstance(policy.observation_space, spaces.Box) or len(policy.observation_space.shape) != 1:
         raise PolicyError(f"{type(algo_model).__name__} model: distmc needs a flat Box observation space")
 
@@ -130,8 +140,16 @@ class SB3Policy(TorchPolicy):
     interface gives the features (and scale) the model was trained on and the label of each action index.
     """
 
-    def __init__(self, path: str | Path, interface: Interface, model: Model, *, trust: bool = False,
-                 device: str | None = None, dtype: str = "float64") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        interface: Interface,
+        model: Model,
+        *,
+        trust: bool = False,
+        device: str | None = None,
+        dtype: str = "float64",
+    ) -> None:
         self.path = Path(path)
         iface = dataclasses.replace(interface, output="logits")
         super().__init__(str(self.path), self.path.name, iface, model, device, dtype)

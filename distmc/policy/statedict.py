@@ -30,8 +30,14 @@ __all__ = ["ACTIVATIONS", "StateDictPolicy", "build_network"]
 
 #: Activation name -> torch.nn class name.
 ACTIVATIONS = {
-    "relu": "ReLU", "tanh": "Tanh", "sigmoid": "Sigmoid", "elu": "ELU", "leaky_relu": "LeakyReLU",
-    "gelu": "GELU", "silu": "SiLU", "identity": "Identity",
+    "relu": "ReLU",
+    "tanh": "Tanh",
+    "sigmoid": "Sigmoid",
+    "elu": "ELU",
+    "leaky_relu": "LeakyReLU",
+    "gelu": "GELU",
+    "silu": "SiLU",
+    "identity": "Identity",
 }
 
 
@@ -65,8 +71,9 @@ def build_network(arch: dict[str, Any], n_in: int, n_out: int, where: str = "arc
 class StateDictPolicy(TorchPolicy):
     """A network rebuilt from the interface's ``architecture`` with weights from a ``state_dict`` file."""
 
-    def __init__(self, path: str | Path, interface: Interface, model: Model, device: str | None = None,
-                 dtype: str = "float64") -> None:
+    def __init__(
+        self, path: str | Path, interface: Interface, model: Model, device: str | None = None, dtype: str = "float64"
+    ) -> None:
         import torch
 
         self.path = policy_file(path)
@@ -81,17 +88,18 @@ class StateDictPolicy(TorchPolicy):
             ) from None
         if interface.architecture is None:
             raise PolicyError(
-                f"{self.path}: a state_dict needs an architecture: add \"architecture\": {{\"layers\": [...], "
-                "\"activation\": ...}} to its interface file (see distmc.policy.statedict)"
+                f'{self.path}: a state_dict needs an architecture: add "architecture": {{"layers": [...], '
+                '"activation": ...}} to its interface file (see distmc.policy.statedict)'
             )
-        net = build_network(interface.architecture, len(interface.features), len(interface.actions),
-                            f"{self.path} architecture")
+        net = build_network(
+            interface.architecture, len(interface.features), len(interface.actions), f"{self.path} architecture"
+        )
         if isinstance(state, dict) and set(state) == {"state_dict"}:
             state = state["state_dict"]
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise PolicyError(f"{self.path}: expected a mapping of parameter names to tensors (a state_dict)")
         prefix = str(interface.architecture.get("prefix", ""))
-        own = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        own = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
         expected = net.state_dict()
         missing = sorted(set(expected) - set(own))
         extra = sorted(set(own) - set(expected))
@@ -100,8 +108,11 @@ class StateDictPolicy(TorchPolicy):
                 f"{self.path}: the state_dict does not fit the architecture: missing {[prefix + k for k in missing]}, "
                 f"unexpected {[prefix + k for k in extra]} (keys present: {sorted(state)[:8]}...)"
             )
-        bad = [f"{prefix}{k}: {tuple(own[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
-               if tuple(own[k].shape) != tuple(v.shape)]
+        bad = [
+            f"{prefix}{k}: {tuple(own[k].shape)} vs {tuple(v.shape)}"
+            for k, v in expected.items()
+            if tuple(own[k].shape) != tuple(v.shape)
+        ]
         if bad:
             raise PolicyError(f"{self.path}: parameter shapes differ from the architecture's: {bad}")
         net.load_state_dict({k: own[k] for k in expected})

@@ -49,9 +49,14 @@ def retype_script(module: Any, dtype: Any) -> Any:
                 continue
             for i, (arg, value) in enumerate(zip(args, node.inputs(), strict=False)):
                 const = value.node()
-                if (arg.name == "dtype" and const.kind() == "prim::Constant" and const.hasAttribute("value")
-                        and const.kindOf("value") == "i" and const.i("value") in _FLOATING
-                        and const.i("value") != code):
+                if (
+                    arg.name == "dtype"
+                    and const.kind() == "prim::Constant"
+                    and const.hasAttribute("value")
+                    and const.kindOf("value") == "i"
+                    and const.i("value") in _FLOATING
+                    and const.i("value") != code
+                ):
                     with graph.insert_point_guard(node):
                         node.replaceInput(i, graph.insertConstant(code))
 
@@ -65,8 +70,9 @@ def retype_script(module: Any, dtype: Any) -> Any:
 class TorchScriptPolicy(TorchPolicy):
     """A TorchScript module (``torch.jit.save``) evaluated in batches."""
 
-    def __init__(self, path: str | Path, interface: Interface, model: Model, device: str | None = None,
-                 dtype: str = "float64") -> None:
+    def __init__(
+        self, path: str | Path, interface: Interface, model: Model, device: str | None = None, dtype: str = "float64"
+    ) -> None:
 
         self.path = policy_file(path)
         super().__init__(str(self.path), self.path.name, interface, model, device, dtype)
