@@ -35,8 +35,13 @@ def test_sweep_reuses_the_kept_actors(local_ray: None) -> None:
     assert pids[1] == pids[0] and pids[2] == pids[0]
     assert reports[2].checker == "distributed"
     for v, r in zip(variants, reports, strict=True):  # the values of separate in-process runs
-        # (the distributed checker gives the native checker's value, bit for bit)
         checker = "native" if v.get("checker") == "distributed" else "auto"
         alone = verify(EXAMPLE, PROP, base, **{**v, "workers": 1, "checker": checker})
         assert isinstance(alone, Report) and alone.driver == "local"
-        assert (r.result, r.states) == (alone.result, alone.states)
+        # (bit for bit but for the distributed checker: its levels order and native's components order differ in
+        # the last bits, each within its bounds)
+        assert r.states == alone.states
+        if v.get("checker") == "distributed":
+            assert r.result == pytest.approx(alone.result, rel=1e-11, abs=1e-15)
+        else:
+            assert r.result == alone.result
