@@ -202,7 +202,8 @@ class LimitCheck:
 class Interrupt:
     """Ctrl-C during exploration as a stop like a limit's: the first SIGINT sets :attr:`why`, a second one raises.
 
-    A context manager; it changes the handler only in the main thread (elsewhere :attr:`why` stays None).
+    A context manager; it changes the handler only in the main thread and only where SIGINT is not ignored
+    (elsewhere :attr:`why` stays None).
     """
 
     def __init__(self) -> None:
@@ -216,7 +217,8 @@ class Interrupt:
         self.why = "interrupted (Ctrl-C)"
 
     def __enter__(self) -> Interrupt:
-        if threading.current_thread() is threading.main_thread():
+        # An ignored SIGINT (a shell's background job) stays ignored, as Unix tools leave it.
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
             self._old = signal.signal(signal.SIGINT, self._handler)
             self._installed = True
         return self
