@@ -23,9 +23,10 @@ from distmc.api import verify
 from distmc.assemble.reducer import assemble
 from distmc.check import channels as channels_mod
 from distmc.check.channels import SHM_DIR, open_channels
-from distmc.check.distributed import Mailbox, WorkerEngine, build_part
+from distmc.check.distributed import Mailbox, WorkerEngine
 from distmc.check.kernels import compact_probabilities, expand_probabilities
 from distmc.check.native import LocalEngine, matrix_of, values_of
+from distmc.check.worker_part import build_part
 from distmc.cli import main
 from distmc.distributed import owner_of
 from distmc.errors import DistmcError, PropertyError, ResourceLimitError

@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "distmc.report",
         "distmc.rounds",
         "distmc.api",
+        "distmc.run",
         "distmc.region",
     ),  # verify, Report, Session, sweep; --width's rounds; --region
     ("distmc.abstract", "distmc.curve", "distmc.shield"),  # the front ends over them

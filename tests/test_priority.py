@@ -17,9 +17,10 @@ import pytest
 
 import distmc.explore.priority as priority
 from benchmarks.partial_efficiency import interval
-from distmc.api import Report, _Run, verify
+from distmc.api import Report, verify
 from distmc.explore.priority import MASS_RANKS, PriorityExplorer
 from distmc.options import VerifyOptions
+from distmc.run import Run
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "distmc" / "examples"
@@ -33,7 +34,7 @@ VARIANTS = [(rank, spread) for rank in MASS_RANKS for spread in (0.0, 1e-3)]
 
 
 def _explorer(rank: str | None = None, spread: float | None = None, order: str = "mass") -> PriorityExplorer:
-    run = _Run.start(EXAMPLE, PROPS[0], VerifyOptions.build(None, constants="N=8", **POLICY, order=order))
+    run = Run.start(EXAMPLE, PROPS[0], VerifyOptions.build(None, constants="N=8", **POLICY, order=order))
     p = run.parts
     assert p.expander is not None
     return PriorityExplorer(p.expander, p.codec.pack(p.model.initial_states), order, rank=rank, spread=spread)

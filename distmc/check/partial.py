@@ -382,7 +382,7 @@ def partial_values(
 ) -> tuple[dict[str, np.ndarray], str | None]:
     """Both sides of ``spec`` and the probability of reaching the frontier, on one worker's part (collective).
 
-    ``part`` is a :class:`~distmc.check.distributed.WorkerPart` (or any labelled model the ``engine`` runs on),
+    ``part`` is a :class:`~distmc.check.worker_part.WorkerPart` (or any labelled model the ``engine`` runs on),
     ``frontier`` ``[n]`` its own frontier states. Every worker runs the same sequence of collective operations (the
     sides depend on the property only). Returns ``lo_value``, ``lo_lower``, ``lo_upper``, ``hi_...`` and ``reach``
     ``[n]`` each, and what is not bounded (None: nothing).

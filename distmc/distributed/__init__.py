@@ -33,8 +33,8 @@ A finished run's actors are kept, emptied, for the next run of the same shape in
 ``keep_workers``, :func:`release_workers`).
 """
 
-from distmc.distributed.coordinator import explore_ray
 from distmc.distributed.exchange import owner_of
 from distmc.distributed.pool import gpu_share, release_workers
+from distmc.distributed.rows import explore_ray
 
 __all__ = ["explore_ray", "gpu_share", "owner_of", "release_workers"]

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from distmc._internal.jit import set_thread_budget
 from distmc.assemble.reducer import merge_csr_rows
-from distmc.check.kernels import prob_nbytes
-from distmc.distributed.checkpoint import file_digest, write_level
+from distmc.distributed.actor_output import PartitionOutput
+from distmc.distributed.checkpoint import write_level
 from distmc.distributed.exchange import (
     OCC_SHIFT,
     _at_least,
@@ -31,51 +30,24 @@ from distmc.distributed.exchange import (
     widened_rows,
 )
 from distmc.distributed.priority_worker import PriorityWorker
+from distmc.distributed.setup import WorkerSetup, job_stamp
 from distmc.distributed.worker_check import WorkerCheck
 from distmc.errors import ResourceLimitError
 from distmc.explore.contracts import Rows, WorkerJob, WorkerParts
 from distmc.explore.expander import Expander, policy_counters
-from distmc.explore.limits import LimitCheck, Limits, peak_rss_bytes, reset_peak_rss, rss_bytes
+from distmc.explore.limits import LimitCheck, Limits, reset_peak_rss, rss_bytes
 from distmc.explore.visited import VisitedSet
 from distmc.pipeline import Job
 from distmc.policy.base import policy_precision
 
 __all__ = ["PartitionActor", "WorkerSetup"]
 
-def _job_stamp(job: WorkerJob) -> tuple[Any, ...] | None:
-    """What makes a job's parts reusable: the job and its files' contents (SHA-256; None: never reuse)."""
-    if not isinstance(job, Job):
-        return None
-    return (job, *(file_digest(path) for path in (job.model_path, job.policy, job.interface)))
 
-
-@dataclass(frozen=True)
-class WorkerSetup:
-    """What one actor of a run is told besides its job: its place among the workers and the run's settings.
-
-    Attributes:
-        rank: this worker's number, ``0 .. workers - 1`` (it owns the states ``owner_of`` maps to it).
-        workers: the run's number of workers.
-        batch_states: states per expansion batch.
-        checkpoint_dir: where each level's files go (None: no checkpoint).
-        limits: the run's limits; a worker checks time and its share of the memory after every batch.
-        start: when the run started (``time.time()``), for the timeout.
-        server: a policy server (handle, description) that evaluates the policy for this worker (None: its own).
-    """
-
-    rank: int
-    workers: int
-    batch_states: int
-    checkpoint_dir: str | None = None
-    limits: Limits | None = None
-    start: float | None = None
-    server: tuple[Any, dict[str, Any]] | None = None
-
-
-class PartitionActor(WorkerCheck, PriorityWorker):
+class PartitionActor(WorkerCheck, PriorityWorker, PartitionOutput):
     """One partition: its visited set (key -> local id), the global ids of its states, its frontier and rows.
 
-    The distributed check on the rows it keeps is its :class:`~distmc.distributed.worker_check.WorkerCheck` side.
+    The distributed check on the rows it keeps is its :class:`~distmc.distributed.worker_check.WorkerCheck` side,
+    what it hands the driver its :class:`~distmc.distributed.actor_output.PartitionOutput` side.
     """
 
     def __init__(self, job: WorkerJob, ws: WorkerSetup, threads: int) -> None:
@@ -100,7 +72,7 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         limits, start, server = ws.limits, ws.start, ws.server
         reset_peak_rss()  # the worker's peak in the report is this run's (a kept actor ran others before)
         self.clock0 = (time.perf_counter(), time.process_time())  # this run's wall and CPU time start here
-        stamp = None if server is not None else _job_stamp(job)  # a served policy is bound to this run's server
+        stamp = None if server is not None else job_stamp(job)  # a served policy is bound to this run's server
         built = self.__dict__.get("built")
         self.parts: WorkerParts
         if stamp is not None and built is not None and built[0] == stamp:
@@ -154,11 +126,25 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         self.prio_rank = None  # a priority run's rank (PriorityWorker.prio_start), else None
         # the box front end's expander (distmc.abstract) runs no policy
         policy = self.expander.policy if isinstance(self.expander, Expander) else None
-        self.stats: dict[str, Any] = {"policy_dtype": policy_precision(policy), "expand_s": 0.0, "expander_s": 0.0, "lookup_s": 0.0,
-                                      "store_s": 0.0, "exchange_s": 0.0, "checkpoint_s": 0.0,
-                                      "batches": 0, "bytes_sent": 0, "bytes_self": 0, "keys_sent": 0, "keys_self": 0,
-                                      "keys_in": 0, "keys_in_new": 0, "bytes_answer": 0, "bytes_driver": 0,
-                                      "checkpoint_bytes": 0}
+        self.stats: dict[str, Any] = {
+            "policy_dtype": policy_precision(policy),
+            "expand_s": 0.0,
+            "expander_s": 0.0,
+            "lookup_s": 0.0,
+            "store_s": 0.0,
+            "exchange_s": 0.0,
+            "checkpoint_s": 0.0,
+            "batches": 0,
+            "bytes_sent": 0,
+            "bytes_self": 0,
+            "keys_sent": 0,
+            "keys_self": 0,
+            "keys_in": 0,
+            "keys_in_new": 0,
+            "bytes_answer": 0,
+            "bytes_driver": 0,
+            "checkpoint_bytes": 0,
+        }
 
     def keep_rows_here(self) -> None:
         """Keep the rows after the run, also with a checkpoint (the distributed check runs on them).
@@ -429,8 +415,16 @@ class PartitionActor(WorkerCheck, PriorityWorker):
             t1 = time.perf_counter()
             r, f = self.written  # the rows and flags of earlier levels (kept for a distributed check) are written
             self.stats["checkpoint_bytes"] += write_level(
-                self.checkpoint_dir, level, self.rank, self.codec.dtype, (self.new_keys, self.frontier[0]),
-                [widened_rows(x) for x in self.rows[r:]], self.rewards[r:], self.flags[f:], self.parts.reward_names)
+                self.checkpoint_dir,
+                level,
+                self.rank,
+                self.codec.dtype,
+                (self.new_keys, self.frontier[0]),
+                [widened_rows(x) for x in self.rows[r:]],
+                self.rewards[r:],
+                self.flags[f:],
+                self.parts.reward_names,
+            )
             if self.keep_rows:  # every level's rows go to disk, and stay here for a distributed check
                 self.written = (len(self.rows), len(self.flags))
             else:
@@ -440,59 +434,3 @@ class PartitionActor(WorkerCheck, PriorityWorker):
         calls = policy_counters(self.expander)[0]
         calls, self.calls_reported = calls - self.calls_reported, calls
         return {"transitions": transitions, "policy_states": delta, "policy_calls": calls, "rss": rss_bytes()}
-
-    # -- the end -----------------------------------------------------------------------------------------------
-
-    def take(self) -> dict[str, Any]:
-        """The rows kept since the last call, handed over (the driver places them while the next level runs)."""
-        t = time.perf_counter()
-        out = self._rows_out()
-        self.shipped_transitions += sum(int(r[3].shape[0]) for r in self.rows)
-        self.shipped_bytes += self._row_bytes()
-        self.rows, self.rewards = [], []
-        self.stats["exchange_s"] += time.perf_counter() - t
-        return out
-
-    def _row_bytes(self) -> int:
-        return (sum(sum(int(a.nbytes) for a in r[:4]) + prob_nbytes(r[4]) for r in self.rows)
-                + sum(sum(int(a.nbytes) for a in d.values()) for d in self.rewards))
-
-    def _rows_out(self) -> dict[str, Any]:
-        cat = np.concatenate
-        return {
-            "row_state": cat([r[0] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            "row_action": cat([r[1] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            "counts": cat([r[2] for r in self.rows]) if self.rows else np.zeros(0, dtype=np.int64),
-            # the branches stay in the batches' chunks, compact (the driver widens them: exchange._chunks)
-            "targets": [r[3] for r in self.rows],
-            "prob": [r[4] for r in self.rows],
-            "chunk_rows": [int(r[2].shape[0]) for r in self.rows],
-            "rewards": {n: cat([r[n] for r in self.rewards]) for n in (self.rewards[0] if self.rewards else {})},
-        }
-
-    def result(self, rows: bool = True) -> dict[str, Any]:
-        """The partition's states and the rows not taken yet (with ``rows=False``, its statistics only)."""
-        self._lap("explore")
-        self.stats.update(
-            states=self.visited.size,
-            transitions=self.shipped_transitions + sum(int(r[3].shape[0]) for r in self.rows),
-            state_bytes=self.visited.nbytes + self.gids.nbytes,  # visited set + global ids, what a state costs
-            cache_bytes=self.cache.nbytes + self.cache_gids.nbytes,
-            # every row this partition built (also those handed over level by level), and its states' flags
-            row_bytes=self.shipped_bytes + self._row_bytes() + sum(sum(int(a.nbytes) for a in f) for f in self.flags),
-            rss=rss_bytes(),
-            policy_s=policy_counters(self.expander)[1] - self.policy_s0,
-            peak_rss=peak_rss_bytes(),
-        )
-        if not rows:
-            return {"stats": dict(self.stats)}
-        cat = np.concatenate
-        return {
-            "gids": self.gids[: self.visited.size],
-            "keys": self.visited.keys_by_id(),
-            **self._rows_out(),
-            "flag_gids": cat([f[0] for f in self.flags]) if self.flags else np.zeros(0, dtype=np.int64),
-            "loop": cat([f[1] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
-            "deadlock": cat([f[2] for f in self.flags]) if self.flags else np.zeros(0, dtype=bool),
-            "stats": dict(self.stats),
-        }

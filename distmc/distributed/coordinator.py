@@ -1,5 +1,7 @@
 """The driver's side of a Ray run: the level loop, recovery, the distributed check, gathering the rows.
 
+Its entry point, and the rows left on the actors, are :mod:`distmc.distributed.rows`'s.
+
 The actors themselves (start-up, resources, kept actors, policy servers) are :mod:`distmc.distributed.pool`'s.
 
 See :mod:`distmc.distributed` for the protocol of one level.
@@ -12,12 +14,11 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal, overload
+from typing import Any
 
 import numpy as np
 
 from distmc.check.channels import remove_segments
-from distmc.check.checker import MAX_ITERATIONS
 from distmc.check.distributed import combine_checks
 from distmc.check.result import Precision
 from distmc.distributed.checkpoint import Checkpoint
@@ -31,152 +32,26 @@ from distmc.explore.limits import Interrupt, Limits, rss_bytes
 from distmc.explore.partition import Explored
 from distmc.options import RaySettings
 
-__all__ = ["RayRows", "explore_ray", "gpu_share", "release_workers"]
+__all__ = ["gpu_share", "release_workers"]
 
 log = logging.getLogger("distmc.ray")
-
-class RayRows:
-    """An explored model whose rows stay on the Ray actors: check it there, or gather it; then close it.
-
-    Attributes:
-        n_states, n_transitions, n_initial, depth: what the exploration found (``n_transitions`` counts a row's
-            duplicate targets separately until :meth:`check` has merged rows' counts).
-        stats: the run's counters and time split (as :attr:`Explored.stats`).
-        worker_stats: per actor (as :attr:`Explored.worker_stats`), after :meth:`check` or :meth:`gather`.
-    """
-
-    def __init__(self, run: _RayRun, keep_workers: bool) -> None:
-        self.run = run
-        self.keep_workers = keep_workers
-        self.n_states, self.n_transitions, self.n_initial, self.depth = run.n, run.transitions, run.n_initial, run.depth
-        self.stats: dict[str, float] = {"depth": run.depth, "policy_states": run.policy_states,
-                                        "policy_calls": run.policy_calls, "restarts": run.restarts,
-                                        "startup_s": run.startup_s, "levels_s": run.levels_s,
-                                        **run.frontier_stats()}
-        self.worker_stats: list[dict[str, Any]] = []
-        self.closed = False
-
-    def gather(self) -> Explored:
-        """Every row to this process (the reducer's input), as :func:`explore_ray` returns without ``rows_stay``."""
-        out = self.run.finish()
-        self.worker_stats = out.worker_stats
-        return out
-
-    def check(self, precision: Precision | float, max_iterations: int = MAX_ITERATIONS,
-              progress: Callable[[dict[str, Any]], None] | None = None,
-              values_dir: str | None = None, partial: bool = False) -> dict[str, Any]:
-        """Check the job's properties on the actors (:mod:`distmc.check.distributed`), on the one exploration.
-
-        Returns ``checks``: per property, ``value``, ``lower``, ``upper`` (``[I]`` at the initial states, by
-        global id); and the time split
-        ``build_s`` (the workers' parts and the exchange plan) and ``check_s``. ``values_dir``: every worker also
-        writes the value of each of its states there (``part-R.parquet``, :mod:`distmc.explain.values`), and
-        ``at_risk`` lists the states most at risk over all workers. ``partial``: the exploration stopped before the
-        fixpoint; the frontier's states get self-loops and both sides of each property's bounds are checked
-        (``checks`` then hold :func:`distmc.check.partial.partial_values`'s ``lo_value``, ..., ``hi_upper``,
-        ``reach`` and ``note``).
-        """
-        first = self.n_states - self.run.frontier if self.run.frontier else None  # stopped early, or a horizon cut
-        out = self.run.check_on_workers(precision, max_iterations, progress, values_dir, first, partial)
-        self.worker_stats = out.pop("worker_stats")
-        # the transitions of the merged rows (the levels count them before duplicates are added up)
-        self.n_transitions = int(sum(ws["check_transitions"] for ws in self.worker_stats))
-        return out
-
-    def close(self, ok: bool) -> None:
-        """End the run: keep its actors for a next run (``ok`` and kept workers), else end them."""
-        if self.closed:
-            return
-        self.closed = True
-        if ok and self.keep_workers:
-            self.run.keep()
-        else:
-            self.run.kill()
-
-
-@overload
-def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where: RaySettings, *,
-                batch_states: int = ..., limits: Limits | None = ..., checkpoint: Checkpoint | None = ...,
-                progress: Callable[[dict[str, float]], None] | None = ..., max_restarts: int = ...,
-                keep_workers: bool = ..., rows_stay: Literal[False] = ..., horizon: int | None = ...) -> Explored: ...
-
-
-@overload
-def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where: RaySettings, *,
-                batch_states: int = ..., limits: Limits | None = ..., checkpoint: Checkpoint | None = ...,
-                progress: Callable[[dict[str, float]], None] | None = ..., max_restarts: int = ...,
-                keep_workers: bool = ..., rows_stay: bool, horizon: int | None = ...) -> Explored | RayRows: ...
-
-
-def explore_ray(job: WorkerJob, codec: KeyCodec, initial_keys: np.ndarray, where: RaySettings, *,
-                batch_states: int = 20_000, limits: Limits | None = None, checkpoint: Checkpoint | None = None,
-                progress: Callable[[dict[str, float]], None] | None = None, max_restarts: int = 3,
-                keep_workers: bool = True, rows_stay: bool = False, horizon: int | None = None) -> Explored | RayRows:
-    """Explore ``job`` on ``where.workers`` Ray actors; the same :class:`Explored` as the in-process driver gives.
-
-    Args:
-        job: what to explore; every actor builds its own parts from it.
-        codec: the state packing (the driver's, for routing the initial states).
-        initial_keys: ``[I]`` packed initial states.
-        where: the actors (``workers``: how many, the partitions), the cluster and their resources:
-            ``address``, a running Ray cluster (``auto`` or ``HOST:PORT``; None: the cluster in ``RAY_ADDRESS`` if
-            set, else a new local Ray, unless this process is connected to one already); ``gpus_per_worker``, the
-            GPU share each actor asks Ray for (:func:`gpu_share`; None: automatic); ``threads_per_worker``, the
-            threads each actor keeps busy (None: the cluster's CPUs divided by the workers, at least one; so a lone
-            actor on this machine uses every core, and W actors one core each when W >= cores);
-            ``policy_servers``, 0: every actor loads its own policy replica; S > 0: S policy-server actors each
-            load one (a GPU each where the cluster has them) and serve the workers' batches
-            (:mod:`distmc.distributed.policy_server`).
-        batch_states: states per expansion batch inside an actor.
-        limits: once a limit is passed at the end of a level (or Ctrl-C), stop: the last level's new states are
-            the frontier (``stats["expanded"]``, ``stats["stopped"]``, as :func:`~distmc.explore.local.explore_local`
-            gives them); a worker that passes its share of ``--max-memory`` or the timeout inside a level stops the
-            run with :class:`ResourceLimitError` (and a partial report).
-        horizon: expand the levels ``0 .. horizon - 1`` only (the horizon cut; None: to the fixpoint).
-        checkpoint: write every level to this checkpoint and, if it already holds levels, continue from the last
-            one; a lost worker is then replaced (up to ``max_restarts`` times) and the run goes on.
-        progress: called after every level (depth, states, frontier, transitions, policy states, memory, ...).
-        max_restarts: how many worker losses a checkpointed run survives.
-        keep_workers: after a successful run, keep the actors (emptied) for the next run of the same shape in
-            this process, which then skips their start-up (:func:`release_workers` ends them); a failed run's
-            actors always end.
-        rows_stay: keep the rows on the actors (no row comes to this process during the run) and return a
-            :class:`RayRows` instead of an :class:`Explored`: the caller then checks on the actors
-            (:meth:`RayRows.check`) or gathers the rows (:meth:`RayRows.gather`), and closes it.
-    """
-    # A lost worker is handled here (recovery, or one clear error): Ray need not also print it as unhandled.
-    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
-    import ray
-
-    if not ray.is_initialized():
-        # No address: a Ray of our own (or RAY_ADDRESS's), never whichever cluster this machine started last, which
-        # ray.init() would otherwise join (and which its owner may shut down in the middle of our run).
-        address = where.address or os.environ.get("RAY_ADDRESS") or "local"
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    run = _RayRun(ray, job, codec, where, batch_states, limits or Limits(), checkpoint, progress, rows_stay)
-    run.horizon = horizon
-    try:
-        if rows_stay:
-            run.run(initial_keys, max_restarts, gather=False)
-            return RayRows(run, keep_workers)
-        out = run.run(initial_keys, max_restarts)
-        assert out is not None  # gathered
-    except BaseException:
-        run.kill()
-        raise
-    if keep_workers:
-        run.keep()
-    else:
-        run.kill()
-    return out
 
 
 class _RayRun(WorkerPool, LevelStops):
     """The driver's side of one distributed exploration: the level loop, recovery, the check, gathering."""
 
-    def __init__(self, ray: Any, job: WorkerJob, codec: KeyCodec, where: RaySettings, batch_states: int,
-                 limits: Limits, checkpoint: Checkpoint | None, progress: Callable[[dict[str, float]], None] | None,
-                 rows_stay: bool = False) -> None:
+    def __init__(
+        self,
+        ray: Any,
+        job: WorkerJob,
+        codec: KeyCodec,
+        where: RaySettings,
+        batch_states: int,
+        limits: Limits,
+        checkpoint: Checkpoint | None,
+        progress: Callable[[dict[str, float]], None] | None,
+        rows_stay: bool = False,
+    ) -> None:
         super().__init__(ray, job, where, batch_states, limits, checkpoint)
         self.codec, self.progress = codec, progress
         self.n_initial = self.policy_states = self.policy_calls = 0
@@ -253,8 +128,12 @@ class _RayRun(WorkerPool, LevelStops):
     def hand_out(self, keys: np.ndarray, gids: np.ndarray, frontier: np.ndarray) -> None:
         """Give each actor the states it owns."""
         owner = owner_of(self.codec.to_words(keys), self.workers)
-        self.get([a.restore.remote(keys[owner == o], gids[owner == o], frontier[owner == o])
-                  for o, a in enumerate(self.actors)])
+        self.get(
+            [
+                a.restore.remote(keys[owner == o], gids[owner == o], frontier[owner == o])
+                for o, a in enumerate(self.actors)
+            ]
+        )
 
     def restore(self) -> None:
         """Go on from the checkpoint's last committed level (a resumed run, or after a lost worker)."""
@@ -266,11 +145,13 @@ class _RayRun(WorkerPool, LevelStops):
         self.depth, self.n, self.transitions = ckpt.level, m["states"], m["transitions"]
         self.policy_states, self.policy_calls = m["policy_states"], m["policy_calls"]
         if gids.shape[0] != self.n:
-            raise CheckpointError(f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, "
-                              f"{self.n} in meta.json")
+            raise CheckpointError(
+                f"checkpoint {ckpt.directory} is damaged: {gids.shape[0]} states in its files, {self.n} in meta.json"
+            )
         self.n_initial = int((levels == 0).sum())
-        self.level_starts = [int(gids[levels == lv].min()) for lv in range(int(levels.max(initial=0)) + 1)
-                             if (levels == lv).any()]
+        self.level_starts = [
+            int(gids[levels == lv].min()) for lv in range(int(levels.max(initial=0)) + 1) if (levels == lv).any()
+        ]
         frontier = levels == ckpt.level
         self.frontier = int(frontier.sum())
         self.hand_out(keys, gids, frontier)
@@ -297,8 +178,13 @@ class _RayRun(WorkerPool, LevelStops):
                 f"workers were lost {self.restarts} times (last: {exc}); giving up. Everything up to depth "
                 f"{self.ckpt.level} is in {self.ckpt.directory}: continue with --resume {self.ckpt.directory}"
             ) from None
-        log.warning("worker lost at depth=%d (%s); restarting %d workers from checkpoint level %d",
-                    self.depth + 1, exc, self.workers, self.ckpt.level)
+        log.warning(
+            "worker lost at depth=%d (%s); restarting %d workers from checkpoint level %d",
+            self.depth + 1,
+            exc,
+            self.workers,
+            self.ckpt.level,
+        )
         self.kill()
         self.spawn_keeping()
         self.restore()
@@ -327,18 +213,33 @@ class _RayRun(WorkerPool, LevelStops):
         if self.ckpt is not None:
             self.ckpt.commit(self.depth, self.n, self.transitions, self.policy_states, self.policy_calls)
         memory = rss_bytes() + sum(x["rss"] for x in stored)
-        info = {"depth": self.depth, "states": self.n, "frontier": self.frontier, "transitions": self.transitions,
-                "policy_states": self.policy_states, "policy_calls": self.policy_calls, "memory": memory,
-                "restarts": self.restarts,
-                "elapsed_s": time.time() - self.start, "worker_pids": [i["pid"] for i in self.info],
-                "worker_nodes": [i["node"] for i in self.info]}
-        log.info("level depth=%d states=%d frontier=%d transitions=%d memory=%d", self.depth, self.n,
-                 self.frontier, self.transitions, memory)
+        info = {
+            "depth": self.depth,
+            "states": self.n,
+            "frontier": self.frontier,
+            "transitions": self.transitions,
+            "policy_states": self.policy_states,
+            "policy_calls": self.policy_calls,
+            "memory": memory,
+            "restarts": self.restarts,
+            "elapsed_s": time.time() - self.start,
+            "worker_pids": [i["pid"] for i in self.info],
+            "worker_nodes": [i["node"] for i in self.info],
+        }
+        log.info(
+            "level depth=%d states=%d frontier=%d transitions=%d memory=%d",
+            self.depth,
+            self.n,
+            self.frontier,
+            self.transitions,
+            memory,
+        )
         if self.progress is not None:
             self.progress(info)
         if self.frontier:
-            self.stopped = self.check.exceeded(states=self.n, memory=memory) or self.next_level_too_big(stored,
-                                                                                                         expanded)
+            self.stopped = self.check.exceeded(states=self.n, memory=memory) or self.next_level_too_big(
+                stored, expanded
+            )
         return self.frontier == 0
 
     def exchange(self, picked: list[np.ndarray] | None = None) -> tuple[int, list[dict[str, int]], list[Any]]:
@@ -350,12 +251,18 @@ class _RayRun(WorkerPool, LevelStops):
         if self.ahead is not None and picked is None:  # expanded with the last level's store already
             sent, self.ahead = self.ahead, None
         else:
-            sent = [a.expand.options(num_returns=w).remote() if picked is None else
-                    a.prio_expand.options(num_returns=w).remote(picked[o]) for o, a in enumerate(actors)]
+            sent = [
+                a.expand.options(num_returns=w).remote()
+                if picked is None
+                else a.prio_expand.options(num_returns=w).remote(picked[o])
+                for o, a in enumerate(actors)
+            ]
             sent = [s if isinstance(s, list) else [s] for s in sent]
         self.absorb()  # the last level's rows, while the actors expand
-        news = [unpack_increasing(x) for x in self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)])
-                                                         for o in range(w)])]
+        news = [
+            unpack_increasing(x)
+            for x in self.get([actors[o].lookup.remote(*[sent[s][o] for s in range(w)]) for o in range(w)])
+        ]
         occ = np.concatenate(news)
         tag = np.concatenate([np.full(x.shape[0], o, dtype=np.int64) for o, x in enumerate(news)])
         order = np.argsort(occ, kind="stable")
@@ -365,23 +272,34 @@ class _RayRun(WorkerPool, LevelStops):
         answers = [actors[o].answer.options(num_returns=w).remote(pack_increasing(gids[tag == o])) for o in range(w)]
         answers = [x if isinstance(x, list) else [x] for x in answers]
         if picked is None and self.goes_on(int(occ.shape[0])):  # store, then expand the next level at once
-            outs = [actors[s].store_expand.options(num_returns=w + 1).remote(*[answers[o][s] for o in range(w)],
-                                                                           level=self.depth + 1) for s in range(w)]
+            outs = [
+                actors[s]
+                .store_expand.options(num_returns=w + 1)
+                .remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
+                for s in range(w)
+            ]
             self.ahead = [x[1:] for x in outs]
             return int(occ.shape[0]), self.get([x[0] for x in outs]), []
         if picked is None:
-            stored = self.get([actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1)
-                               for s in range(w)])
+            stored = self.get(
+                [actors[s].store.remote(*[answers[o][s] for o in range(w)], level=self.depth + 1) for s in range(w)]
+            )
             return int(occ.shape[0]), stored, []
-        outs = [actors[s].prio_store.options(num_returns=w + 1).remote(*[answers[o][s] for o in range(w)])
-                for s in range(w)]
+        outs = [
+            actors[s].prio_store.options(num_returns=w + 1).remote(*[answers[o][s] for o in range(w)]) for s in range(w)
+        ]
         stored = self.get([x[0] for x in outs])
         return int(occ.shape[0]), stored, [x[1:] for x in outs]
 
-    def check_on_workers(self, precision: Precision | float, max_iterations: int,
-                         progress: Callable[[dict[str, Any]], None] | None,
-                         values_dir: str | None = None, frontier_first: int | None = None,
-                         partial: bool = False) -> dict[str, Any]:
+    def check_on_workers(
+        self,
+        precision: Precision | float,
+        max_iterations: int,
+        progress: Callable[[dict[str, Any]], None] | None,
+        values_dir: str | None = None,
+        frontier_first: int | None = None,
+        partial: bool = False,
+    ) -> dict[str, Any]:
         """The distributed check on the actors (see :meth:`RayRows.check`).
 
         ``frontier_first``: the first id not expanded (each of those states gets a self-loop); ``partial``: check
@@ -397,15 +315,25 @@ class _RayRun(WorkerPool, LevelStops):
             plans = [a.check_plan.options(num_returns=w).remote(self.n_initial, self.n) for a in actors]
             plans = [p if isinstance(p, list) else [p] for p in plans]
             # the workers on one node exchange values through shared memory (distmc.check.channels)
-            shm = (None if os.environ.get("DISTMC_SHM") == "0" else
-                   (f"distmc-{os.getpid()}-{uuid.uuid4().hex[:12]}", [i["node"] for i in self.info]))
-            self.get([a.check_connect.remote(actors, *[plans[s][o] for s in range(w)], shm=shm)
-                      for o, a in enumerate(actors)])
+            shm = (
+                None
+                if os.environ.get("DISTMC_SHM") == "0"
+                else (f"distmc-{os.getpid()}-{uuid.uuid4().hex[:12]}", [i["node"] for i in self.info])
+            )
+            self.get(
+                [
+                    a.check_connect.remote(actors, *[plans[s][o] for s in range(w)], shm=shm)
+                    for o, a in enumerate(actors)
+                ]
+            )
             del plans
             t1 = time.perf_counter()
             values = None if values_dir is None else (values_dir, np.asarray(self.level_starts, dtype=np.int64))
-            refs = ([a.check_run_partial.remote(precision, max_iterations, frontier_first) for a in actors]
-                    if partial else [a.check_run.remote(precision, max_iterations, values) for a in actors])
+            refs = (
+                [a.check_run_partial.remote(precision, max_iterations, frontier_first) for a in actors]
+                if partial
+                else [a.check_run.remote(precision, max_iterations, values) for a in actors]
+            )
             pending = list(refs)
             while pending:
                 done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
@@ -425,10 +353,12 @@ class _RayRun(WorkerPool, LevelStops):
                 raise
             raise WorkerError(
                 f"a worker was lost during the distributed check ({exc}); "
-                + (f"the exploration is saved in {self.ckpt.directory}: continue with --resume {self.ckpt.directory}"
-                   if self.ckpt is not None else
-                   "the rows it held are lost with the run. Run again with --checkpoint-dir DIR: a run that loses a "
-                   "worker during the check then continues with --resume DIR without exploring again")
+                + (
+                    f"the exploration is saved in {self.ckpt.directory}: continue with --resume {self.ckpt.directory}"
+                    if self.ckpt is not None
+                    else "the rows it held are lost with the run. Run again with --checkpoint-dir DIR: a run that loses a "
+                    "worker during the check then continues with --resume DIR without exploring again"
+                )
             ) from None
         finally:
             if shm is not None:  # the names a killed worker left on this node (distmc.check.channels)
@@ -438,8 +368,11 @@ class _RayRun(WorkerPool, LevelStops):
         if values_dir is not None:  # the workers' candidates, ranked again: highest value, then smaller global id
             cands = sorted((c for r in results for c in r["at_risk"]), key=lambda c: (-c["value"], c["gid"]))
             out["at_risk"] = [{k: v for k, v in c.items() if k != "gid"} for c in cands[:RISKIEST]]
-        out.update(build_s=t1 - t0, check_s=t2 - t1,
-                   worker_stats=[dict(r["stats"], pid=i["pid"]) for r, i in zip(results, self.info, strict=True)])
+        out.update(
+            build_s=t1 - t0,
+            check_s=t2 - t1,
+            worker_stats=[dict(r["stats"], pid=i["pid"]) for r, i in zip(results, self.info, strict=True)],
+        )
         self.idle(out["worker_stats"])
         return out
 
@@ -481,10 +414,17 @@ class _RayRun(WorkerPool, LevelStops):
             out = gather(results, self.n_initial, merged=True, blocks=self.blocks)
             self.blocks = []
             del results
-        out.stats.update({"depth": self.depth, "policy_states": self.policy_states, "policy_calls": self.policy_calls,
-                          "restarts": self.restarts, "place_s": self.absorb_s, **self.frontier_stats()})
+        out.stats.update(
+            {
+                "depth": self.depth,
+                "policy_states": self.policy_states,
+                "policy_calls": self.policy_calls,
+                "restarts": self.restarts,
+                "place_s": self.absorb_s,
+                **self.frontier_stats(),
+            }
+        )
         out.worker_stats = [dict(r["stats"], pid=i["pid"]) for r, i in zip(stats, self.info, strict=True)]
         self.split(out)
         out.stats["gather_s"] = time.perf_counter() - t1
         return out
-

@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 from distmc._internal.jit import budget_env
-from distmc.distributed.actor import PartitionActor, WorkerSetup, _job_stamp
+from distmc.distributed.actor import PartitionActor
 from distmc.distributed.checkpoint import Checkpoint
+from distmc.distributed.setup import WorkerSetup, job_stamp
 from distmc.errors import DistmcError, ResourceLimitError, UsageError, WorkerError
 from distmc.explore.contracts import WorkerJob
 from distmc.explore.limits import LimitCheck, Limits
@@ -153,7 +154,7 @@ class WorkerPool:
         share = gpu_share(gpus, s, self.gpus_per_worker)
         if share:
             opts["num_gpus"] = share
-        stamp = _job_stamp(self.job)
+        stamp = job_stamp(self.job)
         self.servers_key = (self.ray.get_runtime_context().get_job_id(), s, repr(sorted(opts.items())), stamp)
         if kept is not None and stamp is not None and kept[0] == self.servers_key:
             try:  # the last run's servers, with the same policy loaded

@@ -2,7 +2,7 @@
 
 :class:`WorkerCheck` is a mixin of :class:`~distmc.distributed.actor.PartitionActor` (one Ray actor does both): it
 reads the states and rows the exploration left (declared below), builds the worker's
-:class:`~distmc.check.distributed.WorkerPart` and runs the native checker's code on it with its peers
+:class:`~distmc.check.worker_part.WorkerPart` and runs the native checker's code on it with its peers
 (:mod:`distmc.check.distributed`). The methods in the "mail" concurrency group are called while a check runs.
 """
 
@@ -59,7 +59,7 @@ class WorkerCheck:
 
         ``owner_by_gid``: ``[N]`` the owner of every state (the restored actors know only their own states' keys).
         """
-        from distmc.check.distributed import own_slots
+        from distmc.check.worker_part import own_slots
         from distmc.distributed.checkpoint import read_rows
 
         own = np.sort(self.gids[: self.visited.size])
@@ -90,7 +90,8 @@ class WorkerCheck:
         The exploration's structures (visited set, key cache, row chunks) are freed here: the part holds what
         the check needs (rows with int32 columns, labels, rewards, the own states' keys).
         """
-        from distmc.check.distributed import Mailbox, build_part
+        from distmc.check.distributed import Mailbox
+        from distmc.check.worker_part import build_part
 
         self._lap("explore")
         t = time.perf_counter()
