@@ -185,6 +185,7 @@ def test_the_native_checker_sees_a_slow_chain_early(models: dict[str, Path]) -> 
 # -- on 2 Ray workers ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 43 s; test_distributed_threshold_reports_its_truth stays
 def test_distributed_bounds_and_several_properties(local_ray: None, models: dict[str, Path]) -> None:
     by_model: dict[str, list[str]] = {}
     for name, prop in CASES:
@@ -213,6 +214,7 @@ def test_distributed_threshold_reports_its_truth(local_ray: None) -> None:
     assert there.results[0]["truth"] is True and there.truth is True  # type: ignore[union-attr]
 
 
+@pytest.mark.slow  # 115 s: a slow chain's passes on the workers
 def test_distributed_slow_chain_says_what_to_use(local_ray: None, models: dict[str, Path]) -> None:
     with pytest.raises(SlowConvergenceError, match="--checker storm --exact"):
         verify(models["slow"], SLOW_PROPERTY, workers=2, checker="distributed")

@@ -293,35 +293,45 @@ def _rel(a: float, b: float) -> float:
 RAY_CASES = [
     (EXAMPLE, "N=6", 'P=? [F "crash"]', POLICY),
     (EXAMPLE, "N=6", 'P=? [F<=12 "crash"]', POLICY),
-    (EXAMPLE, "N=6", 'P=? [!"goal" U "crash"]', {}),
+    pytest.param(EXAMPLE, "N=6", 'P=? [!"goal" U "crash"]', {}, marks=pytest.mark.slow),  # 800 passes of levels
     (EXAMPLE, "N=6", 'R=? [F "crash" | "goal"]', POLICY),
     (EXAMPLE, "N=6", "R=? [C<=10]", {}),
     (STORM_FILES / "dtmc/brp-16-2.pm", None, "P=? [F s=5]", {}),
     (CHAIN, None, "R=? [I=2]", {}),
 ]
+_SEQUENTIAL: dict[tuple[str, str | None, str, str], tuple[Any, Any]] = {}  # Storm's and the native checker's runs
 
 
+# The worker count varies slowest: the cases of one count take the actors the run before kept. Two workers (peers
+# that exchange) by default; one and three (a lone worker, an odd split) in the slow run.
 @pytest.mark.parametrize(("model", "constants", "prop", "kw"), RAY_CASES)
+@pytest.mark.parametrize("w", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)])
 def test_ray_distributed_check_matches_storm_and_native(
-    local_ray: None, model: Path, constants: str | None, prop: str, kw: dict[str, str]
+    local_ray: None, w: int, model: Path, constants: str | None, prop: str, kw: dict[str, str]
 ) -> None:
-    storm = verify(model, prop, constants=constants, checker="storm", **kw)
-    native = verify(model, prop, constants=constants, checker="native", **kw)
-    for w in (1, 2, 3):
-        r = verify(model, prop, constants=constants, workers=w, checker="distributed", **kw)
-        assert r.checker == "distributed" and r.driver == "ray"  # type: ignore[union-attr]
-        assert (r.states, r.transitions) == (storm.states, storm.transitions)  # type: ignore[union-attr]
-        assert abs(r.result - native.result) <= 1e-12, (w, r.result, native.result)  # type: ignore[union-attr, operator]
-        assert _rel(r.result, storm.result) <= 1e-9, (w, r.result, storm.result)  # type: ignore[union-attr, arg-type]
-        assert len(r.memory["worker_peak_bytes"]) == w  # type: ignore[union-attr, arg-type]
-        assert all(ws["check_transitions"] > 0 for ws in r.worker_stats)  # type: ignore[union-attr]
-        assert sum(ws["check_transitions"] for ws in r.worker_stats) == r.transitions  # type: ignore[union-attr]
+    key = (str(model), constants, prop, str(sorted(kw.items())))
+    if key not in _SEQUENTIAL:
+        _SEQUENTIAL[key] = (
+            verify(model, prop, constants=constants, checker="storm", **kw),
+            verify(model, prop, constants=constants, checker="native", **kw),
+        )
+    storm, native = _SEQUENTIAL[key]
+    r = verify(model, prop, constants=constants, workers=w, checker="distributed", **kw)
+    assert r.checker == "distributed" and r.driver == "ray"  # type: ignore[union-attr]
+    assert (r.states, r.transitions) == (storm.states, storm.transitions)  # type: ignore[union-attr]
+    assert abs(r.result - native.result) <= 1e-12, (w, r.result, native.result)  # type: ignore[union-attr, operator]
+    assert _rel(r.result, storm.result) <= 1e-9, (w, r.result, storm.result)  # type: ignore[union-attr, arg-type]
+    assert len(r.memory["worker_peak_bytes"]) == w  # type: ignore[union-attr, arg-type]
+    assert all(ws["check_transitions"] > 0 for ws in r.worker_stats)  # type: ignore[union-attr]
+    assert sum(ws["check_transitions"] for ws in r.worker_stats) == r.transitions  # type: ignore[union-attr]
 
 
 @pytest.mark.skipif(
     not (SHARED_MODELS / "avoid.prism").exists(), reason="../shared/models/coolmc is not beside this checkout"
 )
-@pytest.mark.parametrize("prop", ["P=? [F<=100 COLLISION=true]", "P=? [x<3 U COLLISION=true]"])
+@pytest.mark.parametrize(
+    "prop", ["P=? [F<=100 COLLISION=true]", pytest.param("P=? [x<3 U COLLISION=true]", marks=pytest.mark.slow)]
+)
 def test_ray_distributed_check_on_avoid(local_ray: None, prop: str) -> None:
     kw = {"constants": "xMax=4,yMax=4,slickness=0.1"}
     native = verify(SHARED_MODELS / "avoid.prism", prop, checker="native", **kw)
@@ -376,6 +386,7 @@ def test_distributed_refuses_what_it_cannot_check(local_ray: None) -> None:
         verify(EXAMPLE, 'P=? [F "crash"]', constants="N=4", workers=2, checker="distributed", export_path="m.umb")
 
 
+@pytest.mark.slow  # 38 s; tests/test_faults.py covers loss in the levels
 def test_a_worker_lost_in_the_check_says_how_to_resume(local_ray: None, tmp_path: Path) -> None:
     import os
     import signal
@@ -411,6 +422,7 @@ def test_a_worker_lost_in_the_check_says_how_to_resume(local_ray: None, tmp_path
     assert abs(resumed.result - native.result) <= 1e-12  # type: ignore[union-attr, operator]
 
 
+@pytest.mark.slow  # 20 s
 def test_the_timeout_holds_during_the_check(local_ray: None) -> None:
     import time
 

@@ -131,7 +131,7 @@ def killer(at_depths: tuple[int, ...], rank: int = 1) -> tuple[Callable[[dict], 
     return progress, killed
 
 
-@pytest.mark.parametrize("workers", [2, 1])
+@pytest.mark.parametrize("workers", [2, pytest.param(1, marks=pytest.mark.slow)])
 def test_killed_workers_are_replaced_from_checkpoints(
     local_ray: None, reference: tuple, tmp_path: Path, workers: int
 ) -> None:
@@ -161,7 +161,10 @@ def test_killed_worker_without_checkpoint_says_what_was_lost(local_ray: None) ->
     assert killed == [2]
 
 
-@pytest.mark.parametrize(("first", "then"), [(2, 3), (2, 1), (1, 2), (1, 1)])
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [pytest.param(2, 3, marks=pytest.mark.slow), pytest.param(2, 1, marks=pytest.mark.slow), (1, 2), (1, 1)],
+)
 def test_stopped_run_resumes_with_other_worker_count(
     local_ray: None, reference: tuple, tmp_path: Path, first: int, then: int
 ) -> None:

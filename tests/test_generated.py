@@ -367,6 +367,7 @@ def _numpy_kernel() -> Iterator[None]:
             os.environ["DISTMC_KERNEL"] = old
 
 
+@pytest.mark.slow  # 22 s; the compiled kernel's state-by-state test stays
 @settings(max_examples=300, **SETTINGS)
 @given(programs())
 def test_kernel_matches_storm_state_by_state(folder: Path, gp: GProgram) -> None:
@@ -522,6 +523,7 @@ def _policy_files(
     return net, f, i
 
 
+@pytest.mark.slow  # 13 s
 @settings(max_examples=50, **SETTINGS)
 @given(
     programs(model_type="mdp", distinct=True, init_block=False),

@@ -24,7 +24,11 @@ CASES = [
 
 
 @pytest.mark.parametrize("mode", ["stochastic", "deterministic"])
-@pytest.mark.parametrize(("path", "constants", "prop"), CASES, ids=["avoid-bounded", "avoid-slick", "climber"])
+@pytest.mark.parametrize(
+    ("path", "constants", "prop"),
+    CASES[:2] + [pytest.param(*CASES[2], marks=pytest.mark.slow)],
+    ids=["avoid-bounded", "avoid-slick", "climber"],
+)
 def test_distmc_equals_storm_mask_builder(
     tmp_path: Path, path: Path, constants: str | None, prop: str, mode: str
 ) -> None:

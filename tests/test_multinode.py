@@ -25,10 +25,16 @@ POLICY = dict(policy=str(EXAMPLES / "gridworld_policy.pt"), interface=EXAMPLES /
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
+    from distmc.distributed import release_workers
+
+    release_workers()
+    if ray.is_initialized():  # the local Ray the other modules share (tests/conftest.py): this module has its own
+        ray.shutdown()
     c = start(nodes=3)
     try:
         yield c
     finally:
+        release_workers()
         if ray.is_initialized():
             ray.shutdown()
         c.shutdown()
@@ -49,6 +55,7 @@ def test_three_nodes_identical_model(cluster: Any) -> None:
         assert np.array_equal(getattr(m, f), getattr(m0, f))
 
 
+@pytest.mark.slow  # 32 s; test_three_nodes_identical_model stays
 def test_three_nodes_distributed_check(cluster: Any) -> None:
     """The check on actors on three nodes: the in-process value, and no row in the driver."""
     from distmc.explore.limits import rss_bytes
@@ -82,6 +89,7 @@ def test_three_nodes_distributed_check(cluster: Any) -> None:
     assert peak[0] - base < rows / 8, (peak[0] - base, rows)  # about 20 MB of Ray's own, against 480 MB of rows
 
 
+@pytest.mark.slow  # 15 s
 def test_worker_process_killed_and_node_lost_on_a_cluster(cluster: Any, tmp_path: Path) -> None:
     """Worker faults on a real 3-node cluster: one worker's process is killed, then a whole node is removed.
 

@@ -154,8 +154,9 @@ def test_cli_exits_0_with_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "in [" in text and "partial model" in text
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize(
+    "workers", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)]
+)
 def test_ray_gives_the_in_process_bounds(local_ray: None, full: dict[str, float], workers: int) -> None:
     for prop in ('P=? [F "crash"]', 'P=? [F<=12 "goal"]', 'R{"steps"}=? [C<=15]'):
         here = verify(EXAMPLE, prop, constants="N=5", **POLICY, max_states=160)
@@ -212,8 +213,9 @@ def test_resume_to_a_smaller_width_goes_on_from_the_checkpoint(tmp_path: Path) -
     assert _bounds(straight) == pytest.approx(_bounds(again), abs=2e-12)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize(
+    "workers", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)]
+)
 def test_distributed_checker_bounds_the_partial_model_on_the_workers(
     local_ray: None, full: dict[str, float], workers: int
 ) -> None:
