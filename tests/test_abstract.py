@@ -185,7 +185,10 @@ def _hoeffding(n: int, delta: float = 1e-6) -> float:
     return math.sqrt(math.log(2 / delta) / (2 * n))
 
 
-@pytest.mark.parametrize(("fault", "max_splits"), [("sticky:0.2", 4), ("fail:0.1,sticky:0.2", 4), ("fail:0.2", 0)])
+@pytest.mark.parametrize(
+    ("fault", "max_splits"),
+    [("sticky:0.2", 4), pytest.param("fail:0.1,sticky:0.2", 4, marks=pytest.mark.slow), ("fail:0.2", 0)],
+)
 def test_bounds_bracket_simulated_failure_frequency(fault: str, max_splits: int) -> None:
     env, net = get_env("pendulum"), load_network(POLICIES / "pendulum.json")
     faults = parse_fault(fault)

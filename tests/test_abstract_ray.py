@@ -45,6 +45,7 @@ def test_analyse_on_ray_refines() -> None:  # the tree, by default
     assert res.history[-1]["safe_fraction"] >= res.history[0]["safe_fraction"]
 
 
+@pytest.mark.slow  # 12 s; test_ray_driver_gives_the_in_process_bounds stays
 def test_tree_on_ray_actors_gives_the_in_process_bounds() -> None:
     env, net = get_env("cartpole-mosaic"), load_network(POLICIES / "cartpole.json")
     faults = parse_fault("sticky:0.2")

@@ -163,7 +163,12 @@ def test_killed_worker_without_checkpoint_says_what_was_lost(local_ray: None) ->
 
 @pytest.mark.parametrize(
     ("first", "then"),
-    [pytest.param(2, 3, marks=pytest.mark.slow), pytest.param(2, 1, marks=pytest.mark.slow), (1, 2), (1, 1)],
+    [
+        pytest.param(2, 3, marks=pytest.mark.slow),
+        pytest.param(2, 1, marks=pytest.mark.slow),
+        pytest.param(1, 2, marks=pytest.mark.slow),
+        (1, 1),
+    ],
 )
 def test_stopped_run_resumes_with_other_worker_count(
     local_ray: None, reference: tuple, tmp_path: Path, first: int, then: int

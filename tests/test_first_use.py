@@ -46,12 +46,12 @@ def test_missing_sb3_named_before_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
-    import distmc.api
+    import distmc.run
 
     def explored(*a: object, **k: object) -> None:
         raise AssertionError("the exploration started before the missing package was found")
 
-    monkeypatch.setattr(distmc.api, "explore_local", explored)
+    monkeypatch.setattr(distmc.run, "explore_local", explored)
     zpath = _fake_ppo_zip(tmp_path / "trained.zip")
     assert main(["run", "example", "--const", "N=3", *CRASH, "--policy", str(zpath), "--trust-policy", "--quiet"]) == 1
     err = _one_error_line(capfd.readouterr().err)

@@ -116,6 +116,7 @@ class _CtrlCAfter:
         return "interrupted (Ctrl-C)" if self.reads >= self.levels else None
 
 
+@pytest.mark.slow  # 14 s; the in-process Ctrl-C tests stay
 def test_ctrl_c_with_the_next_level_expanded_ahead_stops_where_one_worker_stops(
     local_ray: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
