@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def coolmc(name: str) -> Path:
 def _ray_for_the_session() -> Iterator[None]:
     """Ends the local Ray the Ray test modules share, after the last test (see :func:`local_ray`)."""
     yield
-    ray = __import__("sys").modules.get("ray")
+    ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
 

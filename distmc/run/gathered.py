@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -17,14 +17,23 @@ from distmc.check.dispatch import (
     single_property_states,
 )
 from distmc.check.partial import check_partial, close_frontier, frontier_probability, horizon_of, partial_entry
-from distmc.check.result import CheckResult, json_bounds, result_entry
+from distmc.check.result import CheckResult, result_entry
 from distmc.errors import ResourceLimitError, UsageError
 from distmc.explore.partition import Explored
 from distmc.report import Report
+from distmc.run.state import RunState, answer_fields, policy_name
 
-if TYPE_CHECKING:
-    pass
-from distmc.run.state import RunState, policy_name
+
+def _model_fields(induced: InducedModel, used: str) -> dict[str, Any]:
+    """The report's counts of the induced model assembled here, and the checker(s) ``used`` on it."""
+    return dict(
+        states=induced.n_states,
+        transitions=induced.n_transitions,
+        induced=induced.kind,
+        choices=induced.n_rows,
+        initial_states=int(induced.initial.shape[0]),
+        checker=used,
+    )
 
 
 class GatheredChecks(RunState):
@@ -88,17 +97,9 @@ class GatheredChecks(RunState):
                 "explored_states": first,
                 "frontier_states": n_frontier,
             },
-            result=checked[0].value,
-            bounds=json_bounds(checked[0].bounds),
-            truth=checked[0].truth,
-            results=entries,
+            **answer_fields(checked, entries),
             single_states=single,
-            states=induced.n_states,
-            transitions=induced.n_transitions,
-            induced=induced.kind,
-            choices=induced.n_rows,
-            initial_states=int(induced.initial.shape[0]),
-            checker=used,
+            **_model_fields(induced, used),
             traces=explain.found,
             traces_mass=explain.mass,
             riskiest_states=explain.at_risk,
@@ -165,16 +166,8 @@ class GatheredChecks(RunState):
         timings = clock.stop()
         entries = [partial_entry(sp, r, note) for sp, r, note in zip(specs, checked, notes, strict=True)]
         report = Report(
-            result=checked[0].value,
-            bounds=json_bounds(checked[0].bounds),
-            truth=checked[0].truth,
-            results=entries,
-            states=induced.n_states,
-            transitions=induced.n_transitions,
-            induced=induced.kind,
-            choices=induced.n_rows,
-            initial_states=int(induced.initial.shape[0]),
-            checker=used,
+            **answer_fields(checked, entries),
+            **_model_fields(induced, used),
             partial=True,
             frontier={
                 "reason": reason,

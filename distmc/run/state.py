@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distmc._internal.phases import PhaseClock
-from distmc.check.result import Precision
+from distmc.check.result import CheckResult, Precision, json_bounds
 from distmc.distributed.checkpoint import Checkpoint
 from distmc.explain.report import Explain
 from distmc.explore.limits import Limits, peak_rss_bytes
@@ -17,8 +17,6 @@ from distmc.pipeline import Job, Parts
 from distmc.policy.base import policy_precision
 from distmc.report import EXPLORE_SPLIT
 
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass
@@ -67,6 +65,12 @@ class RunState:
             timings={"handoff_s": 0.0, **timings, **{k: float(v) for k, v in stats.items() if k in EXPLORE_SPLIT}},
             options=self.opts.to_dict(),
         )
+
+
+def answer_fields(checked: Sequence[CheckResult], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's answer: the first property's value, bounds and truth, and every property's entry."""
+    first = checked[0]
+    return dict(result=first.value, bounds=json_bounds(first.bounds), truth=first.truth, results=entries)
 
 
 def policy_dtype(parts: Parts, worker_stats: list[dict[str, Any]]) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -12,13 +12,25 @@ from distmc.check.dispatch import (
     vector_result,
 )
 from distmc.check.partial import horizon_of, partial_entry
-from distmc.check.result import json_bounds, result_entry
+from distmc.check.result import result_entry
 from distmc.errors import SlowConvergenceError
 from distmc.report import Report
+from distmc.run.state import RunState, answer_fields
 
 if TYPE_CHECKING:
     from distmc.distributed.rows import RayRows
-from distmc.run.state import RunState
+
+
+def _rows_fields(rows: RayRows) -> dict[str, Any]:
+    """The report's counts of a model whose rows stay on the workers (an induced DTMC, checked there)."""
+    return dict(
+        states=rows.n_states,
+        transitions=rows.n_transitions,
+        induced="dtmc",
+        choices=rows.n_states,
+        initial_states=rows.n_initial,
+        checker="distributed",
+    )
 
 
 class WorkerChecks(RunState):
@@ -49,16 +61,8 @@ class WorkerChecks(RunState):
         ]
         entries = [result_entry(sp.text, sp.name, r) for sp, r in zip(specs, checked, strict=True)]
         return Report(
-            result=checked[0].value,
-            bounds=json_bounds(checked[0].bounds),
-            truth=checked[0].truth,
-            results=entries,
-            states=rows.n_states,
-            transitions=rows.n_transitions,
-            induced="dtmc",
-            choices=rows.n_states,
-            initial_states=rows.n_initial,
-            checker="distributed",
+            **answer_fields(checked, entries),
+            **_rows_fields(rows),
             frontier=None
             if not rows.run.frontier
             else {
@@ -91,16 +95,8 @@ class WorkerChecks(RunState):
         reach = out["checks"][0]["reach"]
         first = rows.n_states - rows.run.frontier
         return Report(
-            result=checked[0].value,
-            bounds=json_bounds(checked[0].bounds),
-            truth=checked[0].truth,
-            results=entries,
-            states=rows.n_states,
-            transitions=rows.n_transitions,
-            induced="dtmc",
-            choices=rows.n_states,
-            initial_states=rows.n_initial,
-            checker="distributed",
+            **answer_fields(checked, entries),
+            **_rows_fields(rows),
             partial=True,
             frontier={
                 "reason": str(rows.stats["stopped"]),
