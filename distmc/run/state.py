@@ -18,7 +18,6 @@ from distmc.policy.base import policy_precision
 from distmc.report import EXPLORE_SPLIT
 
 
-
 @dataclass
 class RunState:
     """One :func:`distmc.verify` call: its options, what they resolve to, and what one phase hands the next."""
