@@ -44,6 +44,7 @@ from distmc.check.channels import Channels, Mailbox
 from distmc.check.gauss_seidel import row_gamma
 from distmc.check.kernels import reach_back_from
 from distmc.check.level_exchange import LevelExchange
+from distmc.check.pipes import Pipes
 from distmc.check.worker_part import WorkerPart
 from distmc.errors import ResourceLimitError
 from distmc.explore.limits import LimitCheck
@@ -62,6 +63,7 @@ class WorkerEngine:
         limits: time and memory limits of the run, checked every few steps.
         progress: where the step being done is written (the driver reads it for the live line).
         channels: the shared-memory channels to the same-node peers (:mod:`distmc.check.channels`; None: Ray only).
+        pipes: the message pipes to the same-node peers (:mod:`distmc.check.pipes`; None: every message by Ray).
     """
 
     def __init__(
@@ -72,8 +74,10 @@ class WorkerEngine:
         limits: LimitCheck | None = None,
         progress: Callable[[str], None] | None = None,
         channels: Channels | None = None,
+        pipes: Pipes | None = None,
     ) -> None:
         self.part = part
+        self.pipes = pipes
         self.channels = channels
         if channels is not None:
             channels.attach()
@@ -102,7 +106,9 @@ class WorkerEngine:
         t = time.perf_counter()
         for p, peer in enumerate(self.peers):
             if p != self.part.rank and pieces[p] is not None:
-                peer.deliver.options(concurrency_group="mail").remote((kind, self.step, self.part.rank), pieces[p])
+                key = (kind, self.step, self.part.rank)
+                if self.pipes is None or not self.pipes.send(p, key, pieces[p]):
+                    peer.deliver.options(concurrency_group="mail").remote(key, pieces[p])
                 self.stats["check_bytes_sent"] += int(getattr(pieces[p], "nbytes", 0))
                 self.stats["check_messages"] += 1
         self.stats["check_exchange_s"] += time.perf_counter() - t
@@ -120,6 +126,8 @@ class WorkerEngine:
         out = self.receive_from(kind, [o != self.part.rank for o in range(self.part.workers)])
         if self.channels is not None:  # every peer has sent a message: it has mapped this worker's files
             self.channels.unlink()
+        if self.pipes is not None:  # and opened this worker's pipes
+            self.pipes.unlink()
         return out
 
     def _refresh(self, vectors: list[np.ndarray]) -> None:

@@ -122,6 +122,7 @@ class PartitionActor(WorkerCheck, PriorityWorker, PartitionOutput):
         self.part: Any = None  # this worker's part of the induced DTMC for the distributed check
         self.peers: list[Any] = []
         self.channels = None  # made by check_connect
+        self.pipes = None  # made by check_connect
         self.status = ""
         self.prio_rank = None  # a priority run's rank (PriorityWorker.prio_start), else None
         # the box front end's expander (distmc.abstract) runs no policy

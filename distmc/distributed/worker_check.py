@@ -15,6 +15,7 @@ import numpy as np
 
 from distmc._internal.jit import thread_settings
 from distmc.check.channels import Channels, open_channels, remove_segments
+from distmc.check.pipes import Pipes, open_pipes
 from distmc.distributed.exchange import compact_rows, owner_of
 from distmc.errors import UsageError
 from distmc.explore.contracts import KeyCodec, WorkerParts
@@ -52,6 +53,7 @@ class WorkerCheck:
     part: Any  # this worker's WorkerPart, once built
     peers: list[Any]
     channels: Channels | None  # this check's shared-memory channels to the same-node peers (check_connect)
+    pipes: Pipes | None  # this check's message pipes to the same-node peers (check_connect)
     status: str
 
     def load_rows(self, directory: str, level: int, owner_by_gid: np.ndarray) -> None:
@@ -169,7 +171,9 @@ class WorkerCheck:
         from distmc.check.partial import partial_values
 
         t = time.perf_counter()
-        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels)
+        engine = WorkerEngine(
+            self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels, self.pipes
+        )
         part, parts = self.part, self.prism
         init = part.initial
         checks = []
@@ -201,9 +205,11 @@ class WorkerCheck:
     def check_connect(self, peers: list[Any], *asked: np.ndarray, shm: tuple[str, list[Any]] | None = None) -> None:
         """Every peer's request (``asked[p]``: global ids of this worker's states it needs) and the peers' handles.
 
-        ``shm``: (a file prefix unique to this check, every worker's node): this worker's shared-memory channels to
-        the peers on its node are made now (:mod:`distmc.check.channels`), before any worker starts the check.
+        ``shm``: (a file prefix unique to this check, every worker's node): this worker's shared-memory channels and
+        message pipes to the peers on its node are made now (:mod:`distmc.check.channels`, :mod:`distmc.check.pipes`),
+        before any worker starts the check; a previous check's pipes are closed.
         """
+        self._close_pipes()
         part = self.part
         part.serve(list(asked))
         self.peers = peers
@@ -213,6 +219,7 @@ class WorkerCheck:
             if shm is None
             else open_channels(shm[0], self.rank, [int(s.shape[0]) for s in part.send], recv, shm[1])
         )
+        self.pipes = None if shm is None else open_pipes(shm[0], self.rank, shm[1], self.deliver)
 
     def check_run(
         self, precision: Precision, max_iterations: int, values: tuple[str, np.ndarray] | None = None
@@ -227,7 +234,9 @@ class WorkerCheck:
         from distmc.check.native import values_of
 
         t = time.perf_counter()
-        engine = WorkerEngine(self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels)
+        engine = WorkerEngine(
+            self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels, self.pipes
+        )
         init = self.part.initial
         checks = []
         try:
@@ -313,12 +322,22 @@ class WorkerCheck:
     def _unlink_channels(self) -> None:
         if self.channels is not None:
             self.channels.unlink()
+        pipes = self.__dict__.get("pipes")
+        if pipes is not None:
+            pipes.unlink()
+
+    def _close_pipes(self) -> None:
+        pipes = self.__dict__.get("pipes")
+        if pipes is not None:
+            pipes.close()
+        self.pipes = None
 
     def check_abort(self, why: str) -> None:
         """Stop a running check that waits for a peer (the run failed elsewhere); the check's files on this node go."""
         self._unlink_channels()
         if self.channels is not None:  # also those of a peer on this node killed before it removed them
             remove_segments(self.channels.prefix)
+        self._close_pipes()
         mailbox = self.__dict__.get("mailbox")
         if mailbox is not None:
             mailbox.close(why)
