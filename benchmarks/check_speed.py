@@ -189,7 +189,11 @@ def run_case(name: str, c: dict[str, Any], repeat: int, workers: int | None) -> 
             if not isinstance(res, Exception)
             else {"check_s": round(s, 3), "error": str(res)[:200]}
         )
-    for order, label in (("components", "distmc native"), ("levels", "distmc native, levels")):
+    for order, label in (
+        ("components", "distmc native"),
+        ("levels", "distmc native, levels"),
+        ("blocks", "distmc native, blocks"),
+    ):
         cnt = [0]
 
         def native(order: str = order, cnt: list[int] = cnt) -> Any:

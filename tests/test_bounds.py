@@ -233,3 +233,21 @@ def test_the_precision_rule() -> None:
     assert not Precision.from_options(None, None).sound_mdp
     lo_w, hi_w = widen(np.array([0.0, 0.25]), np.array([0.0, 0.25]), probability=True)
     assert lo_w[0] == hi_w[0] == 0.0 and lo_w[1] < 0.25 < hi_w[1]
+
+
+@pytest.mark.parametrize("order", ["components", "levels", "blocks"])
+@pytest.mark.parametrize(("name", "prop"), CASES)
+def test_every_update_order_contains_the_exact_value(models: dict[str, Path], name: str, prop: str, order: str) -> None:
+    """The native engine's own bounds (before the report's margin), in each of its update orders."""
+    from distmc.check.native import LocalEngine, matrix_of, values_of
+
+    path = _path(name, models)
+    if not _usable(path, prop):
+        pytest.skip(f"{name} has no label for {prop}")
+    q = _exact(path, prop)
+    _, induced = verify(path, prop, keep_model=True)  # type: ignore[misc]
+    spec = parse_properties(prop, load_model(path, None)).specs[0]
+    _, lo, hi = values_of(LocalEngine(matrix_of(induced), None, induced.initial, order=order), induced, spec)
+    i = int(induced.initial[0])
+    assert Fraction(float(lo[i])) <= q <= Fraction(float(hi[i])), (order, float(lo[i]), float(q), float(hi[i]))
+    assert hi[i] - lo[i] <= DEFAULT_RELATIVE * float(q)

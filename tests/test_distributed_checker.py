@@ -127,7 +127,9 @@ def _split(
     return [(p, peers, boxes[p.rank]) for p in out]
 
 
-def _run_threads(workers: list[Any], spec: Any, limits: LimitCheck | None = None, shm: bool = False) -> list[Any]:
+def _run_threads(
+    workers: list[Any], spec: Any, limits: LimitCheck | None = None, shm: bool = False, order: str = "blocks"
+) -> list[Any]:
     """Every worker's check as a thread; with ``shm``, values through shared-memory channels (all on one node)."""
     results: list[Any] = [None] * len(workers)
     w = len(workers)
@@ -148,7 +150,8 @@ def _run_threads(workers: list[Any], spec: Any, limits: LimitCheck | None = None
     def one(i: int) -> None:
         part, peers, box = workers[i]
         try:
-            results[i] = values_of(WorkerEngine(part, peers, box, limits, channels=channels[i]), part, spec)
+            engine = WorkerEngine(part, peers, box, limits, channels=channels[i], order=order)
+            results[i] = values_of(engine, part, spec)
         except BaseException as exc:  # noqa: BLE001 - reported below
             results[i] = exc
             for _, _, b in workers:
@@ -166,17 +169,18 @@ def _run_threads(workers: list[Any], spec: Any, limits: LimitCheck | None = None
     return results
 
 
+@pytest.mark.parametrize("order", ["blocks", "levels"])
 @pytest.mark.parametrize(("model", "constants", "prop", "kw"), CASES)
 def test_workers_give_the_native_checkers_bits(
-    model: Path, constants: str | None, prop: str, kw: dict[str, str]
+    model: Path, constants: str | None, prop: str, kw: dict[str, str], order: str
 ) -> None:
     parts, induced, loop, deadlock, rewards = _explored(model, constants, prop, kw)
     assert induced.kind == "dtmc"
-    native = values_of(LocalEngine(matrix_of(induced), None, induced.initial, order="levels"), induced, parts.spec)
+    native = values_of(LocalEngine(matrix_of(induced), None, induced.initial, order=order), induced, parts.spec)
     # both ways of making the columns; values through the mailboxes, or through shared memory (3 workers)
     for w, direct, shm in ((1, None, False), (2, True, False), (3, False, True), (4, None, False)):
         workers = _split(parts, induced, loop, deadlock, rewards, w, direct)
-        got = _run_threads(workers, parts.spec, shm=shm)
+        got = _run_threads(workers, parts.spec, shm=shm, order=order)
         for r in got:
             if isinstance(r, BaseException):
                 raise r

@@ -104,16 +104,19 @@ def test_an_acyclic_chain_whose_states_stay_is_settled_in_one_pass(tmp_path: Pat
     path.write_text(STAYING)
     passes, values = _passes(str(path), 'P=? [F "goal"]', "components")
     assert passes <= 2  # one pass settles it; the second confirms the bounds
+    block_passes, block_values = _passes(str(path), 'P=? [F "goal"]', "blocks")
+    assert block_passes <= 2  # the distributed checker's order: the same heights, Jacobi inside a block
     level_passes, level_values = _passes(str(path), 'P=? [F "goal"]', "levels")
     assert level_passes > 20  # the loops iterated: many passes
     assert np.all(values[1] <= level_values[2]) and np.all(level_values[1] <= values[2])  # the bounds overlap
+    assert np.all(values[1] <= block_values[2]) and np.all(block_values[1] <= values[2])
 
 
 @pytest.mark.skipif(not HAVE_NUMBA or __import__("numba").config.NUMBA_NUM_THREADS < 2, reason="numba's threads")
 def test_the_values_do_not_depend_on_the_threads(tmp_path: Path) -> None:
     import numba
 
-    from distmc.check import topological
+    from distmc.check import blocks, topological
 
     path = tmp_path / "staying.prism"
     path.write_text(
@@ -121,12 +124,13 @@ def test_the_values_do_not_depend_on_the_threads(tmp_path: Path) -> None:
     )
     old_block, old_threads = topological.PARALLEL_BLOCK, numba.get_num_threads()
     try:
-        topological.PARALLEL_BLOCK = 4  # every height of a few states shared out
-        numba.set_num_threads(1)
-        _, one = _passes(str(path), 'P=? [F "goal"]', "components")
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-        _, two = _passes(str(path), 'P=? [F "goal"]', "components")
+        topological.PARALLEL_BLOCK = blocks.PARALLEL_BLOCK = 4  # every height of a few states shared out
+        for order in ("components", "blocks"):
+            numba.set_num_threads(1)
+            _, one = _passes(str(path), 'P=? [F "goal"]', order)
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+            _, two = _passes(str(path), 'P=? [F "goal"]', order)
+            assert np.array_equal(one, two), order
     finally:
-        topological.PARALLEL_BLOCK = old_block
+        topological.PARALLEL_BLOCK = blocks.PARALLEL_BLOCK = old_block
         numba.set_num_threads(old_threads)
-    assert np.array_equal(one, two)

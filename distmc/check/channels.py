@@ -52,17 +52,31 @@ class Mailbox:
         self.box: dict[tuple[str, int, int], Any] = {}
         self.cv = threading.Condition()
         self.closed: str | None = None
+        self.wake: Any = None  # called after every put and close (the pipes' wake-up)
 
     def put(self, key: tuple[str, int, int], payload: Any) -> None:
         with self.cv:
             self.box[key] = payload
             self.cv.notify_all()
+        if self.wake is not None:  # a check that waits on its pipes (distmc.check.pipes) hears of it there
+            self.wake()
+
+    def pop(self, key: tuple[str, int, int]) -> tuple[bool, Any]:
+        """(True, the message) if it is here, else (False, None); raises once the mailbox is closed."""
+        with self.cv:
+            if key in self.box:
+                return True, self.box.pop(key)
+            if self.closed is not None:
+                raise WorkerError(f"the distributed check was stopped: {self.closed}")
+            return False, None
 
     def close(self, why: str) -> None:
         """Wake every waiter with ``why`` (the driver ends a failed check)."""
         with self.cv:
             self.closed = why
             self.cv.notify_all()
+        if self.wake is not None:
+            self.wake()
 
     def take(self, key: tuple[str, int, int], timeout: float = PEER_TIMEOUT_S) -> Any:
         deadline = time.monotonic() + timeout

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from distmc.check.block_exchange import BlockExchange
 from distmc.check.channels import Channels, Mailbox
 from distmc.check.gauss_seidel import row_gamma
 from distmc.check.kernels import reach_back_from
@@ -64,6 +65,8 @@ class WorkerEngine:
         progress: where the step being done is written (the driver reads it for the live line).
         channels: the shared-memory channels to the same-node peers (:mod:`distmc.check.channels`; None: Ray only).
         pipes: the message pipes to the same-node peers (:mod:`distmc.check.pipes`; None: every message by Ray).
+        order: the update order of sound value iteration: ``blocks`` (:mod:`distmc.check.block_exchange`, the
+            native ``order="blocks"``'s) or ``levels`` (:mod:`distmc.check.level_exchange`, the native ``levels``').
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class WorkerEngine:
         progress: Callable[[str], None] | None = None,
         channels: Channels | None = None,
         pipes: Pipes | None = None,
+        order: str = "blocks",
     ) -> None:
         self.part = part
         self.pipes = pipes
@@ -88,7 +92,10 @@ class WorkerEngine:
         self.limits = limits
         self._progress = progress
         self.step = 0
-        self._levels: LevelExchange | None = None  # the update order of sound value iteration (on its first pass)
+        #: the update order of sound value iteration: ``blocks`` (:mod:`distmc.check.block_exchange`) or ``levels``
+        self.order = order
+        self._levels: LevelExchange | None = None  # the levels order's exchange (on its first pass)
+        self._blocks: BlockExchange | None = None  # the blocks order's, for the active rows it was keyed for
         self.stats = {
             "check_compute_s": 0.0,
             "check_exchange_s": 0.0,
@@ -116,7 +123,8 @@ class WorkerEngine:
     def receive_from(self, kind: str, owners: list[bool]) -> list[Any]:
         """This step's pieces from the ``owners`` marked (None for the others), then the next step."""
         t = time.perf_counter()
-        out = [self.mailbox.take((kind, self.step, o)) if owners[o] else None for o in range(self.part.workers)]
+        take = self.mailbox.take if self.pipes is None else self.pipes.take
+        out = [take((kind, self.step, o)) if owners[o] else None for o in range(self.part.workers)]
         self.stats["check_wait_s"] += time.perf_counter() - t
         self.step += 1
         return out
@@ -180,10 +188,35 @@ class WorkerEngine:
     def sweep3(
         self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, active: np.ndarray, g: float
     ) -> None:
-        if self._levels is None:
-            part = self.part
-            self._levels = LevelExchange(self, part.matrix, part.initial, part.send, part.recv_off, part.rank)
-        self._levels.sweep(lo, add, hi, w, active, g, self._computed)
+        part = self.part
+        if self.order == "levels":
+            if self._levels is None:
+                self._levels = LevelExchange(self, part.matrix, part.initial, part.send, part.recv_off, part.rank)
+            self._levels.sweep(lo, add, hi, w, active, g, self._computed)
+            return
+        b = self._blocks
+        stale = b is None or not np.array_equal(b.active, active[: self.n])
+        if self.workers > 1:  # every worker keys the blocks again, or none
+            stale = bool(self.allmax(np.array([float(stale)]))[0])
+        if stale:
+            t = time.perf_counter()
+            self._blocks = b = BlockExchange(
+                self,
+                part.matrix,
+                part.initial,
+                part.send,
+                part.recv_off,
+                part.gids,
+                part.remote_gids,
+                active,
+                part.rank,
+                None if b is None else b.level,
+            )
+            self.stats["check_order_s"] = self.stats.get("check_order_s", 0.0) + time.perf_counter() - t
+            for k, v in b.times.items():
+                self.stats[f"check_order_{k}"] = self.stats.get(f"check_order_{k}", 0.0) + v
+        assert b is not None
+        b.sweep(lo, add, hi, w, g, self._computed)
 
     def _computed(self, seconds: float) -> None:
         self.stats["check_compute_s"] += seconds

@@ -20,7 +20,7 @@ import numpy as np
 from distmc.check.gauss_seidel import Blocks, level_blocks, level_round
 from distmc.check.kernels import ChunkedCSR
 
-__all__ = ["LevelExchange", "Peers"]
+__all__ = ["LevelExchange", "Peers", "levels_of"]
 
 
 class Peers(Protocol):
@@ -65,30 +65,7 @@ class LevelExchange:
         self.send, self.recv_off = send, recv_off
         self.workers = len(send)
         n = engine.n
-        level = np.full(matrix.n_cols, -1, dtype=np.int64)  # own states' levels, then the copies' (once reached)
-        frontier = np.unique(initial.astype(np.int64))
-        level[frontier] = 0
-        depth = 0
-        while engine.allmax(np.array([float(frontier.shape[0])]))[0] > 0:
-            depth += 1
-            reached = level_round(matrix, frontier, level, depth)
-            own, copies = reached[reached < n], reached[reached >= n]
-            pieces: list[Any] = [None] * self.workers
-            for o in range(self.workers):
-                if o != rank:
-                    lo, hi = n + recv_off[o], n + recv_off[o + 1]
-                    pieces[o] = copies[(copies >= lo) & (copies < hi)] - lo
-            engine.send_to("f", pieces)
-            got = engine.receive_from("f", [p != rank for p in range(self.workers)])
-            more = [own]
-            for p, pos in enumerate(got):
-                if pos is not None and pos.shape[0]:
-                    slots = send[p][pos]
-                    slots = np.unique(slots[level[slots] < 0])
-                    level[slots] = depth
-                    more.append(slots)
-            frontier = np.concatenate(more)
-        deepest = int(engine.allmax(np.array([float(level[:n].max(initial=0))]))[0])
+        level, deepest, depth = levels_of(engine, matrix, initial, send, recv_off, rank)
         self.blocks: Blocks = level_blocks(level[:n], deepest)
         # the copies' levels, from their owners
         lv = np.where(level[:n] < 0, deepest + 1, level[:n])
@@ -139,3 +116,40 @@ class LevelExchange:
                     c = cols[off[k] : off[k + 1]]
                     for v, values in zip(vecs, piece, strict=True):
                         v[c] = values
+
+
+def levels_of(
+    engine: Peers, matrix: ChunkedCSR, initial: np.ndarray, send: list[np.ndarray], recv_off: np.ndarray, rank: int
+) -> tuple[np.ndarray, int, int]:
+    """The breadth-first levels, found by the workers together.
+
+    Returns ``[C]`` levels of the own states, then of the copies reached (-1 elsewhere); the model's deepest level;
+    the number of rounds.
+    """
+    workers = len(send)
+    n = engine.n
+    level = np.full(matrix.n_cols, -1, dtype=np.int64)  # own states' levels, then the copies' (once reached)
+    frontier = np.unique(initial.astype(np.int64))
+    level[frontier] = 0
+    depth = 0
+    while engine.allmax(np.array([float(frontier.shape[0])]))[0] > 0:
+        depth += 1
+        reached = level_round(matrix, frontier, level, depth)
+        own, copies = reached[reached < n], reached[reached >= n]
+        pieces: list[Any] = [None] * workers
+        for o in range(workers):
+            if o != rank:
+                lo, hi = n + recv_off[o], n + recv_off[o + 1]
+                pieces[o] = copies[(copies >= lo) & (copies < hi)] - lo
+        engine.send_to("f", pieces)
+        got = engine.receive_from("f", [p != rank for p in range(workers)])
+        more = [own]
+        for p, pos in enumerate(got):
+            if pos is not None and pos.shape[0]:
+                slots = send[p][pos]
+                slots = np.unique(slots[level[slots] < 0])
+                level[slots] = depth
+                more.append(slots)
+        frontier = np.concatenate(more)
+    deepest = int(engine.allmax(np.array([float(level[:n].max(initial=0))]))[0])
+    return level, deepest, depth

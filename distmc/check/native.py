@@ -21,9 +21,11 @@ could be explored can also be checked:
   bounds the rounding of every step. The updates are in place (Gauss-Seidel) in an order the model defines, not
   the thread count or the partition: by default (``order="components"``, :mod:`distmc.check.topological`) the
   strongly connected components of the undecided states bottom-up, each swept until it settles, a state's own
-  loop solved at once; or (``order="levels"``, :mod:`distmc.check.gauss_seidel`, the distributed checker's order)
-  block by block through the breadth-first levels from the initial states, deepest first, Jacobi within a level.
-  Either settles an acyclic part in one pass. A chain on which the bounds close too slowly to get there within
+  loop solved at once; or (``order="blocks"``, :mod:`distmc.check.blocks`, the distributed checker's order) the
+  same heights bottom-up, Jacobi within a block (a height's states, or one breadth-first level of them where a
+  component has several); or (``order="levels"``, :mod:`distmc.check.gauss_seidel`) block by block through the
+  breadth-first levels from the initial states, deepest first, Jacobi within a level. The first two settle an
+  acyclic part in one pass. A chain on which the bounds close too slowly to get there within
   :data:`~distmc.check.checker.MAX_ITERATIONS` is stopped early (:class:`~distmc.errors.SlowConvergenceError`);
 * ``R=? [F phi]``: infinite where ``phi`` is reached with probability below 1 (prob1 as above), 0 on ``phi``,
   elsewhere the same sound value iteration with the state's reward (state plus policy-weighted action reward)
@@ -45,6 +47,7 @@ from collections.abc import Callable
 import numpy as np
 
 from distmc.assemble.reducer import InducedModel
+from distmc.check.blocks import Schedule, block_keys, native_pass, schedule_of
 from distmc.check.checker import MAX_ITERATIONS
 from distmc.check.forms import (
     Labelled,
@@ -64,7 +67,7 @@ from distmc.check.topological import Components, components
 from distmc.errors import PropertyError
 
 #: The update orders of :class:`LocalEngine`'s sound value iteration.
-ORDERS = ("components", "levels")
+ORDERS = ("components", "levels", "blocks")
 
 __all__ = [
     "ORDERS",
@@ -96,11 +99,13 @@ class LocalEngine:
         self._initial = np.zeros(min(self.n, 1), dtype=np.int64) if initial is None else initial
         if order not in ORDERS:
             raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)}")
-        #: the update order of sound value iteration: ``components`` (:mod:`distmc.check.topological`), or
-        #: ``levels`` (:mod:`distmc.check.gauss_seidel`: the distributed checker's, whose values it gives bit for bit)
+        #: the update order of sound value iteration: ``components`` (:mod:`distmc.check.topological`), ``blocks``
+        #: (:mod:`distmc.check.blocks`: the distributed checker's, whose values it gives bit for bit) or ``levels``
+        #: (:mod:`distmc.check.gauss_seidel`: the distributed checker's ``order="levels"``)
         self.order = order
         self._blocks: Blocks | None = None
         self._components: tuple[np.ndarray, Components] | None = None
+        self._schedule: tuple[np.ndarray, Schedule] | None = None
         self._level: np.ndarray | None = None
         self._progress = progress
 
@@ -117,6 +122,13 @@ class LocalEngine:
             if self._components is None or not np.array_equal(self._components[0], active):
                 self._components = (active.copy(), components(self.a, active, self._levels()))
             self._components[1].sweep(lo, add, hi, w, g)
+            return
+        if self.order == "blocks":
+            if self._schedule is None or not np.array_equal(self._schedule[0], active):
+                level = self._levels()
+                deepest = int(level.max(initial=0))
+                self._schedule = (active.copy(), schedule_of(block_keys(self.a, active, level, deepest), deepest))
+            native_pass(self.a, self._schedule[1], lo, add, hi, w, g)
             return
         if self._blocks is None:
             level = self._levels()

@@ -219,7 +219,7 @@ class WorkerCheck:
             if shm is None
             else open_channels(shm[0], self.rank, [int(s.shape[0]) for s in part.send], recv, shm[1])
         )
-        self.pipes = None if shm is None else open_pipes(shm[0], self.rank, shm[1], self.deliver)
+        self.pipes = None if shm is None else open_pipes(shm[0], self.rank, shm[1], self.mailbox)
 
     def check_run(
         self, precision: Precision, max_iterations: int, values: tuple[str, np.ndarray] | None = None
