@@ -34,6 +34,7 @@ through shared memory instead, Ray carrying only a note (:mod:`distmc.check.chan
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,10 +48,21 @@ from distmc.check.kernels import reach_back_from
 from distmc.check.level_exchange import LevelExchange
 from distmc.check.pipes import Pipes
 from distmc.check.worker_part import WorkerPart
-from distmc.errors import ResourceLimitError
+from distmc.errors import ResourceLimitError, UsageError
 from distmc.explore.limits import LimitCheck
 
-__all__ = ["Mailbox", "WorkerEngine", "combine_checks"]
+__all__ = ["ORDERS", "Mailbox", "WorkerEngine", "check_order", "combine_checks"]
+
+#: The distributed check's update orders (``DISTMC_CHECK_ORDER`` on the driver; the first is the default).
+ORDERS = ("blocks", "levels")
+
+
+def check_order() -> str:
+    """The update order the driver's environment asks for (``DISTMC_CHECK_ORDER``, default ``blocks``)."""
+    order = os.environ.get("DISTMC_CHECK_ORDER", ORDERS[0])
+    if order not in ORDERS:
+        raise UsageError(f"DISTMC_CHECK_ORDER={order!r}: one of {', '.join(ORDERS)}")
+    return order
 
 
 class WorkerEngine:

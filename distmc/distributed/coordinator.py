@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from distmc.check.channels import remove_segments
-from distmc.check.distributed import combine_checks
+from distmc.check.distributed import check_order, combine_checks
 from distmc.check.result import Precision
 from distmc.distributed.checkpoint import Checkpoint
 from distmc.distributed.exchange import RowBlock, gather, order_rows, owner_of, pack_increasing, unpack_increasing
@@ -328,11 +328,12 @@ class _RayRun(WorkerPool, LevelStops):
             )
             del plans
             t1 = time.perf_counter()
+            order = check_order()
             values = None if values_dir is None else (values_dir, np.asarray(self.level_starts, dtype=np.int64))
             refs = (
-                [a.check_run_partial.remote(precision, max_iterations, frontier_first) for a in actors]
+                [a.check_run_partial.remote(precision, max_iterations, frontier_first, order) for a in actors]
                 if partial
-                else [a.check_run.remote(precision, max_iterations, values) for a in actors]
+                else [a.check_run.remote(precision, max_iterations, values, order) for a in actors]
             )
             pending = list(refs)
             while pending:

@@ -162,7 +162,9 @@ class WorkerCheck:
         self.rewards.append({k: np.zeros(n) for k in names})
         self.flags.append((f, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)))
 
-    def check_run_partial(self, precision: Precision | float, max_iterations: int, first: int) -> dict[str, Any]:
+    def check_run_partial(
+        self, precision: Precision | float, max_iterations: int, first: int, order: str = "blocks"
+    ) -> dict[str, Any]:
         """Bounds of the job's properties on a partial model, on every worker at once (:func:`partial_values`).
 
         Returns ``checks``: per property, both sides' vectors at the own initial states, ``reach`` and ``note``.
@@ -172,7 +174,7 @@ class WorkerCheck:
 
         t = time.perf_counter()
         engine = WorkerEngine(
-            self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels, self.pipes
+            self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels, self.pipes, order
         )
         part, parts = self.part, self.prism
         init = part.initial
@@ -222,20 +224,25 @@ class WorkerCheck:
         self.pipes = None if shm is None else open_pipes(shm[0], self.rank, shm[1], self.mailbox)
 
     def check_run(
-        self, precision: Precision, max_iterations: int, values: tuple[str, np.ndarray] | None = None
+        self,
+        precision: Precision,
+        max_iterations: int,
+        values: tuple[str, np.ndarray] | None = None,
+        order: str = "blocks",
     ) -> dict[str, Any]:
         """Check every property of the job on every worker at once; the values at this worker's initial states.
 
         Returns ``checks``: per property, ``value``, ``lower`` and ``upper`` at the own initial states (``gids``).
         ``values``: (directory, first global id of every level): also write this worker's part of the values
-        table of the (one) property there, and return its states most at risk (``at_risk``).
+        table of the (one) property there, and return its states most at risk (``at_risk``). ``order``: the update
+        order of sound value iteration (:data:`distmc.check.distributed.ORDERS`).
         """
         from distmc.check.distributed import WorkerEngine
         from distmc.check.native import values_of
 
         t = time.perf_counter()
         engine = WorkerEngine(
-            self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels, self.pipes
+            self.part, self.peers, self.mailbox, self.check, self._set_status, self.channels, self.pipes, order
         )
         init = self.part.initial
         checks = []
