@@ -130,12 +130,13 @@ class BlockExchange:
         got = engine.receive_from("k", [p != rank for p in range(workers)])
         nb_ = self.schedule.count
         edges = np.arange(nb_ + 1)
-        self.out: list[tuple[np.ndarray, np.ndarray] | None] = []
-        self.inp: list[tuple[np.ndarray, np.ndarray] | None] = []
+        none = (np.zeros(0, dtype=np.int64), np.zeros(nb_ + 1, dtype=np.int64))
+        self.out: list[tuple[np.ndarray, np.ndarray]] = []  # per peer: own slots by block, block offsets
+        self.inp: list[tuple[np.ndarray, np.ndarray]] = []  # per owner: copy columns by block, block offsets
         for p in range(workers):
             if p == rank:
-                self.out.append(None)
-                self.inp.append(None)
+                self.out.append(none)
+                self.inp.append(none)
                 continue
             self.out.append(self._by_block(send[p], key[send[p]], keys, edges))
             cols = n + recv_off[p] + np.arange(got[p].shape[0], dtype=np.int64)
@@ -169,7 +170,7 @@ class BlockExchange:
         targets = np.concatenate([pos[g[3]] for g in got])
         level = np.concatenate([g[1] for g in got]).astype(np.int64)
         del pos, gids
-        key = block_keys(_Graph(row_offsets, targets), np.ones(m, dtype=np.bool_), level, deepest)  # type: ignore[arg-type]
+        key = block_keys(_Graph(row_offsets, targets), np.ones(m, dtype=np.bool_), level, deepest)
         del targets, row_offsets
         keys = np.unique(key)
         cut = np.cumsum([0] + [int(g[0].shape[0]) for g in got])
@@ -200,16 +201,16 @@ class BlockExchange:
         for p in range(self.workers):
             if p == rank:
                 continue
-            slots, off = self.out[p]  # type: ignore[misc]
+            slots, off = self.out[p]
             if off[b + 1] > off[b]:
                 s = slots[off[b] : off[b + 1]]
                 pieces[p] = np.stack([v[s] for v in vecs])
-            want[p] = bool(self.inp[p][1][b + 1] > self.inp[p][1][b])  # type: ignore[index]
+            want[p] = bool(self.inp[p][1][b + 1] > self.inp[p][1][b])
         self.e.send_to("L", pieces)
         got = self.e.receive_from("L", want)
         for o, piece in enumerate(got):
             if piece is not None:
-                cols, off = self.inp[o]  # type: ignore[misc]
+                cols, off = self.inp[o]
                 c = cols[off[b] : off[b + 1]]
                 for v, values in zip(vecs, piece, strict=True):
                     v[c] = values

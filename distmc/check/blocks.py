@@ -23,6 +23,8 @@ are the native order's (:func:`distmc.check.topological._component`), its own lo
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numba as nb
 import numpy as np
 
@@ -33,7 +35,17 @@ from distmc.check.topological import INNER, INNER_TOL, _heights, _tarjan
 __all__ = ["Schedule", "block_keys", "block_sweep", "native_pass", "schedule_of", "stride"]
 
 
-def block_keys(a: ChunkedCSR, active: np.ndarray, level: np.ndarray, deepest: int) -> np.ndarray:
+class Graph(Protocol):
+    """What :func:`block_keys` reads of the rows: a :class:`~distmc.check.kernels.ChunkedCSR`, or targets alone."""
+
+    row_offsets: np.ndarray
+    first_row: np.ndarray
+    chunk_base: np.ndarray
+    t_list: Any
+    n: int
+
+
+def block_keys(a: Graph, active: np.ndarray, level: np.ndarray, deepest: int) -> np.ndarray:
     """``[R]`` int64 key of every active row of ``a`` (-1: inactive); see the module docstring.
 
     ``level``: the rows' breadth-first levels (-1: not reached, taken as ``deepest + 1``); ``deepest``: the model's
