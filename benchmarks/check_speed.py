@@ -23,6 +23,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +161,16 @@ def timed(fn: Any, repeat: int) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
+@contextmanager
+def check_order(order: str) -> Iterator[None]:
+    """The distributed check's update order for the runs inside (``DISTMC_CHECK_ORDER`` on the driver)."""
+    os.environ["DISTMC_CHECK_ORDER"] = order
+    try:
+        yield
+    finally:
+        del os.environ["DISTMC_CHECK_ORDER"]
+
+
 def run_case(
     name: str, c: dict[str, Any], repeat: int, workers: int | None, slow_levels: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -221,11 +233,8 @@ def run_case(
     for order in ("blocks", "levels") if workers else ():
         if order == "levels" and name in slow_levels:
             continue
-        os.environ["DISTMC_CHECK_ORDER"] = order
-        try:
+        with check_order(order):
             r = verify(c["model"], prop, checker="distributed", workers=workers, **kw)
-        finally:
-            del os.environ["DISTMC_CHECK_ORDER"]
         assert not isinstance(r, tuple)
         stats = r.worker_stats or [{}]
         row["checkers"][f"distmc distributed w{workers}, {order}"] = {
@@ -283,11 +292,8 @@ def warm_up(workers: int | None = None) -> None:
             values_of(LocalEngine(matrix_of(induced), None, induced.initial, order=order), induced, spec)
         if workers:  # the workers' kernels too (numba's cache then serves every later worker)
             for order in ("blocks", "levels"):
-                os.environ["DISTMC_CHECK_ORDER"] = order
-                try:
+                with check_order(order):
                     verify(str(path), 'P=? [F "goal"]', checker="distributed", workers=workers)
-                finally:
-                    del os.environ["DISTMC_CHECK_ORDER"]
 
 
 def main(argv: list[str] | None = None) -> int:

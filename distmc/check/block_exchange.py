@@ -25,9 +25,10 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from distmc.check.blocks import INNER_TOL, Schedule, _repeat, block_keys
+from distmc.check.blocks import Schedule, _repeat, block_keys, block_pass
 from distmc.check.kernels import ChunkedCSR
-from distmc.check.level_exchange import Peers, levels_of
+from distmc.check.level_exchange import Peers, exchange_block, exchange_plan, levels_of
+from distmc.check.worker_part import WorkerPart
 
 __all__ = ["BlockExchange"]
 
@@ -71,44 +72,36 @@ class BlockExchange:
 
     Args:
         engine: the worker's engine (messages and reductions).
-        matrix: its rows (columns: own states, then the copies by owner).
-        initial: its own initial states' slots.
-        send: per peer, the own slots it copies; recv_off: where each owner's copies start (after the own ``n``).
-        gids: ``[n]`` the own states' global ids; remote_gids: the copies' global ids, in column order.
+        part: the worker's part (served: its ``send`` lists are set).
         active: ``[n]`` the own rows that sound value iteration updates.
-        rank: this worker.
         level: the levels (:func:`~distmc.check.level_exchange.levels_of`) if found before: (level, deepest).
     """
 
     def __init__(
-        self,
-        engine: Peers,
-        matrix: ChunkedCSR,
-        initial: np.ndarray,
-        send: list[np.ndarray],
-        recv_off: np.ndarray,
-        gids: np.ndarray,
-        remote_gids: np.ndarray,
-        active: np.ndarray,
-        rank: int,
-        level: tuple[np.ndarray, int] | None = None,
+        self, engine: Peers, part: WorkerPart, active: np.ndarray, level: tuple[np.ndarray, int] | None = None
     ) -> None:
+        matrix, send, recv_off, rank = part.matrix, part.send, part.recv_off, part.rank
         self.e, self.a, self.rank = engine, matrix, rank
-        workers = len(send)
-        n = engine.n
+        workers = part.workers
+        n = part.n_states
         t0 = time.perf_counter()
         if level is None:
-            lv, deepest, _ = levels_of(engine, matrix, initial, send, recv_off, rank)
+            lv, deepest, _ = levels_of(engine, matrix, part.initial, send, recv_off, rank)
             level = (lv, deepest)
         t1 = time.perf_counter()
         self.level = level
         lv, deepest = level
         self.active = active[:n].copy()
         rows = np.flatnonzero(self.active)
-        col_gid = np.concatenate([gids, remote_gids]).astype(np.int64)
+        col_gid = np.concatenate([part.gids, part.remote_gids]).astype(np.int64)
         counts, targets = _rows_of(matrix, rows, col_gid)
         small = np.int32 if int(col_gid.max(initial=0)) < 2**31 - 1 else np.int64  # 4 bytes a transition
-        piece = (gids[rows].astype(small), lv[rows].astype(np.int32), counts.astype(np.int32), targets.astype(small))
+        piece = (
+            part.gids[rows].astype(small),
+            lv[rows].astype(np.int32),
+            counts.astype(np.int32),
+            targets.astype(small),
+        )
         engine.send_to("G", [piece if p == 0 else None for p in range(workers)])
         got = engine.receive_from("G", [rank == 0 and p != 0 for p in range(workers)])
         t2 = time.perf_counter()
@@ -125,33 +118,9 @@ class BlockExchange:
         key = np.full(n, -1, dtype=np.int64)
         key[rows] = own
         self.schedule = Schedule(key, keys, deepest, repeat)
-        # the copies' keys, from their owners; then per peer and block what to send and where it lands
-        engine.send_to("k", [None if p == rank else key[send[p]] for p in range(workers)])
-        got = engine.receive_from("k", [p != rank for p in range(workers)])
-        nb_ = self.schedule.count
-        edges = np.arange(nb_ + 1)
-        none = (np.zeros(0, dtype=np.int64), np.zeros(nb_ + 1, dtype=np.int64))
-        self.out: list[tuple[np.ndarray, np.ndarray]] = []  # per peer: own slots by block, block offsets
-        self.inp: list[tuple[np.ndarray, np.ndarray]] = []  # per owner: copy columns by block, block offsets
-        for p in range(workers):
-            if p == rank:
-                self.out.append(none)
-                self.inp.append(none)
-                continue
-            self.out.append(self._by_block(send[p], key[send[p]], keys, edges))
-            cols = n + recv_off[p] + np.arange(got[p].shape[0], dtype=np.int64)
-            self.inp.append(self._by_block(cols, got[p], keys, edges))
+        self.out, self.inp = exchange_plan(engine, key, keys, send, recv_off, rank, "k")
         self.workers = workers
         self.times = {"levels_s": t1 - t0, "gather_s": t2 - t1, "keys_s": t3 - t2, "plan_s": time.perf_counter() - t3}
-
-    @staticmethod
-    def _by_block(
-        items: np.ndarray, item_keys: np.ndarray, keys: np.ndarray, edges: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        on = item_keys >= 0
-        items, block = items[on], np.searchsorted(keys, item_keys[on])
-        order = np.argsort(block, kind="stable")
-        return items[order].astype(np.int64), np.searchsorted(block[order], edges).astype(np.int64)
 
     @staticmethod
     def _keys_on_zero(got: list[Any], deepest: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
@@ -178,39 +147,14 @@ class BlockExchange:
 
     def sweep(self, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, g: float, clock: Any) -> None:
         """One pass over the blocks in key order, each followed by its exchange (``clock(compute_s)``)."""
-        s, rank, vecs = self.schedule, self.rank, (lo, hi, w)
-        for grp in range(s.group_off.shape[0] - 1):
-            b0, b1 = int(s.group_off[grp]), int(s.group_off[grp + 1])
-            sweeps = s.sweeps(grp)
-            for _ in range(sweeps):
-                change = 0.0
-                for b in range(b0, b1):
-                    t = time.perf_counter()
-                    change = max(change, s.update(self.a, lo, add, hi, w, g, b))
-                    clock(time.perf_counter() - t)
-                    if self.workers > 1:
-                        self._exchange(b, vecs, rank)
-                if sweeps > 1 and self.workers > 1:
-                    change = float(self.e.allmax(np.array([change]))[0])
-                if change <= INNER_TOL:
-                    break
+        s, vecs = self.schedule, (lo, hi, w)
 
-    def _exchange(self, b: int, vecs: tuple[np.ndarray, ...], rank: int) -> None:
-        pieces: list[Any] = [None] * self.workers
-        want = [False] * self.workers
-        for p in range(self.workers):
-            if p == rank:
-                continue
-            slots, off = self.out[p]
-            if off[b + 1] > off[b]:
-                s = slots[off[b] : off[b + 1]]
-                pieces[p] = np.stack([v[s] for v in vecs])
-            want[p] = bool(self.inp[p][1][b + 1] > self.inp[p][1][b])
-        self.e.send_to("L", pieces)
-        got = self.e.receive_from("L", want)
-        for o, piece in enumerate(got):
-            if piece is not None:
-                cols, off = self.inp[o]
-                c = cols[off[b] : off[b + 1]]
-                for v, values in zip(vecs, piece, strict=True):
-                    v[c] = values
+        def update(b: int) -> float:
+            t = time.perf_counter()
+            change = s.update(self.a, lo, add, hi, w, g, b)
+            clock(time.perf_counter() - t)
+            if self.workers > 1:
+                exchange_block(self.e, self.out, self.inp, b, vecs, self.rank)
+            return change
+
+        block_pass(s, update, None if self.workers == 1 else lambda c: float(self.e.allmax(np.array([c]))[0]))

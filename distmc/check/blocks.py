@@ -18,11 +18,12 @@ in-place updates inside a block, so that a block costs one exchange:
 Heights, levels and the components are the model's, not the partition's or the thread count's: the values are the
 same for any number of workers and threads, and :class:`~distmc.check.native.LocalEngine` with ``order="blocks"``
 gives them bit for bit (``tests/test_distributed_checker.py``). The update of a state and the bound of its rounding
-are the native order's (:func:`distmc.check.topological._component`), its own loop solved at once.
+are the native order's (:func:`distmc.check.topological.solved_update`), its own loop solved at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numba as nb
@@ -30,9 +31,9 @@ import numpy as np
 
 from distmc.check.gauss_seidel import PARALLEL_BLOCK
 from distmc.check.kernels import ChunkedCSR
-from distmc.check.topological import INNER, INNER_TOL, _heights, _tarjan
+from distmc.check.topological import INNER, INNER_TOL, _heights, _tarjan, solved_update
 
-__all__ = ["Schedule", "block_keys", "block_sweep", "native_pass", "schedule_of", "stride"]
+__all__ = ["Schedule", "block_keys", "block_pass", "block_sweep", "native_pass", "schedule_of", "stride"]
 
 
 class Graph(Protocol):
@@ -151,20 +152,7 @@ def _state(
         a_abs += q * abs(x)
         a_hi += q * hi[s]
         a_w += q * w[s]
-    e = g * (abs(add[r]) + a_abs + a_hi) + a_w
-    if stay == 0.0:
-        n_lo = add[r] + a_lo
-        n_hi = a_hi
-        n_w = e
-    elif stay < 1.0:
-        d = 1.0 - stay
-        n_lo = (add[r] + a_lo) / d
-        n_hi = a_hi / d
-        n_w = e / d * (1.0 + g)
-    else:  # a row that only stays: the plain update, its loop included
-        n_lo = add[r] + a_lo + stay * lo[r]
-        n_hi = a_hi + stay * hi[r]
-        n_w = g * (abs(add[r]) + a_abs + stay * abs(lo[r]) + a_hi + stay * hi[r]) + a_w + stay * w[r]
+    n_lo, n_hi, n_w = solved_update(add[r], a_lo, a_abs, a_hi, a_w, stay, lo[r], hi[r], w[r], g)
     out[0, j] = n_lo
     out[1, j] = n_hi
     out[2, j] = n_w
@@ -229,15 +217,27 @@ def block_sweep(
     )
 
 
+def block_pass(s: Schedule, update: Callable[[int], float], agree: Callable[[float], float] | None = None) -> None:
+    """One pass over ``s``'s blocks in key order: ``update(b)`` updates block ``b`` and gives its largest change.
+
+    A height that may take several sweeps is swept until its largest change (``agree``: the same on every worker,
+    a max-reduction) is at most :data:`~distmc.check.topological.INNER_TOL`.
+    """
+    for grp in range(s.group_off.shape[0] - 1):
+        b0, b1 = int(s.group_off[grp]), int(s.group_off[grp + 1])
+        sweeps = s.sweeps(grp)
+        for _ in range(sweeps):
+            change = 0.0
+            for b in range(b0, b1):
+                change = max(change, update(b))
+            if sweeps > 1 and agree is not None:
+                change = agree(change)
+            if change <= INNER_TOL:
+                break
+
+
 def native_pass(
     a: ChunkedCSR, s: Schedule, lo: np.ndarray, add: np.ndarray, hi: np.ndarray, w: np.ndarray, g: float
 ) -> None:
     """One pass of the blocks order over a whole model (the native engine's ``order="blocks"``)."""
-    for grp in range(s.group_off.shape[0] - 1):
-        b0, b1 = int(s.group_off[grp]), int(s.group_off[grp + 1])
-        for _ in range(s.sweeps(grp)):
-            change = 0.0
-            for b in range(b0, b1):
-                change = max(change, s.update(a, lo, add, hi, w, g, b))
-            if change <= INNER_TOL:
-                break
+    block_pass(s, lambda b: s.update(a, lo, add, hi, w, g, b))

@@ -212,18 +212,7 @@ class WorkerEngine:
             stale = bool(self.allmax(np.array([float(stale)]))[0])
         if stale:
             t = time.perf_counter()
-            self._blocks = b = BlockExchange(
-                self,
-                part.matrix,
-                part.initial,
-                part.send,
-                part.recv_off,
-                part.gids,
-                part.remote_gids,
-                active,
-                part.rank,
-                None if b is None else b.level,
-            )
+            self._blocks = b = BlockExchange(self, part, active, None if b is None else b.level)
             self.stats["check_order_s"] = self.stats.get("check_order_s", 0.0) + time.perf_counter() - t
             for k, v in b.times.items():
                 self.stats[f"check_order_{k}"] = self.stats.get(f"check_order_{k}", 0.0) + v

@@ -20,7 +20,7 @@ import numpy as np
 from distmc.check.gauss_seidel import Blocks, level_blocks, level_round
 from distmc.check.kernels import ChunkedCSR
 
-__all__ = ["LevelExchange", "Peers", "levels_of"]
+__all__ = ["LevelExchange", "Peers", "exchange_block", "exchange_plan", "levels_of"]
 
 
 class Peers(Protocol):
@@ -67,25 +67,9 @@ class LevelExchange:
         n = engine.n
         level, deepest, depth = levels_of(engine, matrix, initial, send, recv_off, rank)
         self.blocks: Blocks = level_blocks(level[:n], deepest)
-        # the copies' levels, from their owners
+        # the copies' levels, from their owners; per peer and level what to send and where it lands
         lv = np.where(level[:n] < 0, deepest + 1, level[:n])
-        engine.send_to("l", [None if p == rank else lv[send[p]] for p in range(self.workers)])
-        got = engine.receive_from("l", [p != rank for p in range(self.workers)])
-        self.out: list[tuple[np.ndarray, np.ndarray]] = []  # per peer: own slots by level, level offsets
-        self.inp: list[tuple[np.ndarray, np.ndarray]] = []  # per owner: copy columns by level, level offsets
-        levels = np.arange(deepest + 3)
-        for p in range(self.workers):
-            if p == rank:
-                empty = (np.zeros(0, dtype=np.int64), np.zeros(deepest + 3, dtype=np.int64))
-                self.out.append(empty)
-                self.inp.append(empty)
-                continue
-            order = np.argsort(lv[send[p]], kind="stable")
-            self.out.append((send[p][order], np.searchsorted(lv[send[p]][order], levels)))
-            clv = got[p]
-            order = np.argsort(clv, kind="stable")
-            cols = n + recv_off[p] + order
-            self.inp.append((cols.astype(np.int64), np.searchsorted(clv[order], levels)))
+        self.out, self.inp = exchange_plan(engine, lv, np.arange(deepest + 2), send, recv_off, rank, "l")
         self.depth = depth
 
     def sweep(
@@ -100,22 +84,8 @@ class LevelExchange:
             t = time.perf_counter()
             self.blocks.sweep(self.a, lo, add, hi, w, active, g, k)
             clock(time.perf_counter() - t)
-            if self.workers == 1:
-                continue
-            pieces: list[Any] = [None] * self.workers
-            for p, (slots, off) in enumerate(self.out):
-                if p != rank and off[k + 1] > off[k]:
-                    s = slots[off[k] : off[k + 1]]
-                    pieces[p] = np.stack([v[s] for v in vecs])
-            self.e.send_to("L", pieces)
-            want = [p != rank and self.inp[p][1][k + 1] > self.inp[p][1][k] for p in range(self.workers)]
-            got = self.e.receive_from("L", want)
-            for o, piece in enumerate(got):
-                if piece is not None:
-                    cols, off = self.inp[o]
-                    c = cols[off[k] : off[k + 1]]
-                    for v, values in zip(vecs, piece, strict=True):
-                        v[c] = values
+            if self.workers > 1:
+                exchange_block(self.e, self.out, self.inp, k, vecs, rank)
 
 
 def levels_of(
@@ -153,3 +123,67 @@ def levels_of(
         frontier = np.concatenate(more)
     deepest = int(engine.allmax(np.array([float(level[:n].max(initial=0))]))[0])
     return level, deepest, depth
+
+
+def exchange_block(
+    engine: Peers,
+    out: list[tuple[np.ndarray, np.ndarray]],
+    inp: list[tuple[np.ndarray, np.ndarray]],
+    k: int,
+    vecs: tuple[np.ndarray, ...],
+    rank: int,
+) -> None:
+    """Send each peer block ``k``'s new values it copies, and take the owners' into the copies.
+
+    ``out[p]``: (own slots by block, block offsets) to send peer ``p``; ``inp[o]``: (copy columns by block, block
+    offsets) owner ``o`` fills (empty for ``rank``). Only messages that carry something are sent, and both sides
+    know which from the offsets.
+    """
+    workers = len(out)
+    pieces: list[Any] = [None] * workers
+    for p, (slots, off) in enumerate(out):
+        if p != rank and off[k + 1] > off[k]:
+            s = slots[off[k] : off[k + 1]]
+            pieces[p] = np.stack([v[s] for v in vecs])
+    engine.send_to("L", pieces)
+    got = engine.receive_from("L", [p != rank and inp[p][1][k + 1] > inp[p][1][k] for p in range(workers)])
+    for o, piece in enumerate(got):
+        if piece is not None:
+            cols, off = inp[o]
+            c = cols[off[k] : off[k + 1]]
+            for v, values in zip(vecs, piece, strict=True):
+                v[c] = values
+
+
+def exchange_plan(
+    engine: Peers,
+    own_key: np.ndarray,
+    keys: np.ndarray,
+    send: list[np.ndarray],
+    recv_off: np.ndarray,
+    rank: int,
+    kind: str,
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
+    """The ``out`` and ``inp`` of :func:`exchange_block`: every owner tells each peer the keys of its copies.
+
+    ``own_key``: ``[n]`` the block key of each own state (-1: in no block, never sent); ``keys``: every block's key,
+    increasing (the same on every worker); block ``k`` is the states of key ``keys[k]``.
+    """
+    workers, n = len(send), own_key.shape[0]
+    engine.send_to(kind, [None if p == rank else own_key[send[p]] for p in range(workers)])
+    got = engine.receive_from(kind, [p != rank for p in range(workers)])
+    edges = np.arange(keys.shape[0] + 1)
+
+    def by_block(items: np.ndarray, item_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        on = item_keys >= 0
+        items, block = items[on], np.searchsorted(keys, item_keys[on])
+        order = np.argsort(block, kind="stable")
+        return items[order].astype(np.int64), np.searchsorted(block[order], edges).astype(np.int64)
+
+    none = (np.zeros(0, dtype=np.int64), np.zeros(edges.shape[0], dtype=np.int64))
+    out = [none if p == rank else by_block(send[p], own_key[send[p]]) for p in range(workers)]
+    inp = [
+        none if p == rank else by_block(n + recv_off[p] + np.arange(got[p].shape[0], dtype=np.int64), got[p])
+        for p in range(workers)
+    ]
+    return out, inp

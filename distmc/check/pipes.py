@@ -60,7 +60,7 @@ class Pipes:
         self.dir = "/dev/shm"
         self.mailbox = mailbox
         self._in: dict[int, int] = {}  # peer -> the FIFO it writes to this worker
-        self._buf: dict[int, bytearray] = {}
+        self._buf: dict[int, bytearray] = {}  # per reading descriptor: the bytes of a message not yet whole
         self._out: dict[int, int | None] = {}  # None: could not open, use Ray
         self.paths: list[str] = []
         self.fds: list[int] = []
@@ -84,7 +84,7 @@ class Pipes:
                 except OSError:
                     pass
                 self._in[o] = fd
-                self._buf[o] = bytearray()
+                self._buf[fd] = bytearray()
         except BaseException:
             _close_fds(self.fds, self.paths)
             raise
@@ -162,8 +162,7 @@ class Pipes:
                 except BlockingIOError:
                     pass
                 continue
-            o = next(o for o, f in self._in.items() if f == fd)
-            buf = self._buf[o]
+            buf = self._buf[fd]
             while True:
                 try:
                     chunk = os.read(fd, 1 << 20)

@@ -32,7 +32,7 @@ import numpy as np
 from distmc.check.gauss_seidel import PARALLEL_BLOCK
 from distmc.check.kernels import ChunkedCSR
 
-__all__ = ["INNER", "INNER_TOL", "Components", "components"]
+__all__ = ["INNER", "INNER_TOL", "Components", "components", "solved_update"]
 
 #: A component of several states is swept up to this many times a pass, until no value moves by more than
 #: :data:`INNER_TOL` (Storm's topological solver solves each component before the ones above it; a cap keeps a
@@ -162,6 +162,23 @@ def _permuted(row_offsets, first_row, chunk_base, t_list, p_list, i_list, order,
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def solved_update(add, a_lo, a_abs, a_hi, a_w, stay, old_lo, old_hi, old_w, g):  # pragma: no cover - compiled
+    # a state's new (lo, hi, w) from its sums over the other branches (a_*) and its own loop's probability stay
+    e = g * (abs(add) + a_abs + a_hi) + a_w
+    if stay == 0.0:
+        return add + a_lo, a_hi, e
+    if stay < 1.0:
+        d = 1.0 - stay
+        return (add + a_lo) / d, a_hi / d, e / d * (1.0 + g)
+    # a row that only stays (not active in a check; kept as the plain update, its loop included)
+    return (
+        add + a_lo + stay * old_lo,
+        a_hi + stay * old_hi,
+        g * (abs(add) + a_abs + stay * abs(old_lo) + a_hi + stay * old_hi) + a_w + stay * old_w,
+    )
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def _component(off, tt, pp, v, add, comp_off, k, g):  # pragma: no cover - compiled
     # Component k's rows (i: the position in the update order) one after the other, in place: v[i] = (lo, hi, w);
     # a row's own loop solved at once (its value is (add + the other branches) / (1 - stay), the bound of its
@@ -186,20 +203,7 @@ def _component(off, tt, pp, v, add, comp_off, k, g):  # pragma: no cover - compi
             a_w += q * v[t, 2]
         old_lo = v[i, 0]
         old_hi = v[i, 1]
-        e = g * (abs(add[i]) + a_abs + a_hi) + a_w
-        if stay == 0.0:
-            v[i, 0] = add[i] + a_lo
-            v[i, 1] = a_hi
-            v[i, 2] = e
-        elif stay < 1.0:
-            d = 1.0 - stay
-            v[i, 0] = (add[i] + a_lo) / d
-            v[i, 1] = a_hi / d
-            v[i, 2] = e / d * (1.0 + g)
-        else:  # a row that only stays (not active in a check; kept as the plain update, its loop included)
-            v[i, 0] = add[i] + a_lo + stay * old_lo
-            v[i, 1] = a_hi + stay * old_hi
-            v[i, 2] = g * (abs(add[i]) + a_abs + stay * abs(old_lo) + a_hi + stay * old_hi) + a_w + stay * v[i, 2]
+        v[i, 0], v[i, 1], v[i, 2] = solved_update(add[i], a_lo, a_abs, a_hi, a_w, stay, old_lo, old_hi, v[i, 2], g)
         change = max(change, abs(v[i, 0] - old_lo), abs(v[i, 1] - old_hi))
     return change
 
